@@ -1,0 +1,329 @@
+//! Per-interval figures from two cumulative snapshots: what `pathpilot stat`
+//! prints and what the tuner reads. Counts are per interval, never since start.
+use std::collections::BTreeMap;
+
+use pathpilot_common::{DIR_DISCARD, DIR_FLUSH, DIR_READ, DIR_WRITE, DevStats};
+use serde::Serialize;
+
+use super::{DeviceCounters, Snapshot, hist};
+use crate::blockdev::DevNum;
+
+/// One device over one interval. Field names are the `--json` schema.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceInterval {
+    pub device: String,
+    pub dev: String,
+    /// The dm map this device is a path of, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map: Option<String>,
+    pub interval_s: f64,
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub flush_ios: u64,
+    pub discard_ios: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub discard_bytes: u64,
+    pub iops: f64,
+    pub read_mib_s: f64,
+    pub write_mib_s: f64,
+    /// bios merged into a request (back + front) plus request merges.
+    pub merges: u64,
+    /// Share of submitted bios that were merged into another request.
+    pub merge_pct: f64,
+    pub bios: u64,
+    /// Mean size of data requests (read, write, discard), in bytes.
+    pub avg_request_bytes: f64,
+    /// Data requests by size: bucket lower bound in bytes -> count.
+    pub size_hist: BTreeMap<u64, u64>,
+    pub completed: u64,
+    /// Latency samples (completions matched to their issue).
+    pub lat_samples: u64,
+    /// Issue-to-complete latency by bucket: lower bound in ns -> count.
+    pub lat_hist: BTreeMap<u64, u64>,
+    pub lat_mean_us: Option<f64>,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p90_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub inflight: u64,
+    pub inflight_max: u64,
+    pub sequential_ios: u64,
+    pub random_ios: u64,
+    pub errors: u64,
+    pub requeues: u64,
+    /// Requests a dm map cloned onto this device.
+    pub remapped: u64,
+    /// Time with I/O in flight as a share of the interval (sysfs io_ticks).
+    pub util_pct: Option<f64>,
+}
+
+fn d(a: u64, b: u64) -> u64 {
+    a.saturating_sub(b)
+}
+
+fn nonzero_buckets(h: &[u64], low: impl Fn(usize) -> u64) -> BTreeMap<u64, u64> {
+    h.iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(k, c)| (low(k), *c))
+        .collect()
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let m = 10f64.powi(places);
+    (x * m).round() / m
+}
+
+impl DeviceInterval {
+    /// The figures of `dev` between `prev` and `cur`. A device absent from
+    /// `prev` (first seen in this interval) counts from zero.
+    pub fn between(
+        dev: DevNum,
+        name: &str,
+        map: Option<String>,
+        prev: &Snapshot,
+        cur: &Snapshot,
+    ) -> Option<Self> {
+        let c = cur.devices.get(&dev)?;
+        let zero = DeviceCounters {
+            stats: DevStats::ZERO,
+            inflight: 0,
+            inflight_peak: 0,
+        };
+        let p = prev.devices.get(&dev).unwrap_or(&zero);
+        let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
+        let (cs, ps) = (&c.stats, &p.stats);
+        let ios = |i: usize| d(cs.ios[i], ps.ios[i]);
+        let bytes = |i: usize| d(cs.bytes[i], ps.bytes[i]);
+        let data_ios = ios(DIR_READ) + ios(DIR_WRITE) + ios(DIR_DISCARD);
+        let data_bytes = bytes(DIR_READ) + bytes(DIR_WRITE) + bytes(DIR_DISCARD);
+        let bio_merges =
+            d(cs.bio_backmerges, ps.bio_backmerges) + d(cs.bio_frontmerges, ps.bio_frontmerges);
+        let bios = d(cs.bios, ps.bios);
+        let size = hist::delta(&cs.size_hist, &ps.size_hist);
+        let lat = hist::delta(&cs.lat_hist, &ps.lat_hist);
+        let lat_samples = hist::total(&lat);
+        let lat_sum = d(cs.lat_sum_ns, ps.lat_sum_ns);
+        let us = |ns: Option<f64>| ns.map(|v| round(v / 1000.0, 1));
+        let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let util = match (cur.io_ticks_ms.get(&dev), prev.io_ticks_ms.get(&dev)) {
+            (Some(a), Some(b)) if secs > 0.0 => Some(round(
+                (d(*a, *b) as f64 / (secs * 1000.0) * 100.0).min(100.0),
+                1,
+            )),
+            _ => None,
+        };
+        Some(Self {
+            device: name.to_string(),
+            dev: dev.to_string(),
+            map,
+            interval_s: round(secs, 3),
+            read_ios: ios(DIR_READ),
+            write_ios: ios(DIR_WRITE),
+            flush_ios: ios(DIR_FLUSH),
+            discard_ios: ios(DIR_DISCARD),
+            read_bytes: bytes(DIR_READ),
+            write_bytes: bytes(DIR_WRITE),
+            discard_bytes: bytes(DIR_DISCARD),
+            iops: round(per_s((data_ios + ios(DIR_FLUSH)) as f64), 1),
+            read_mib_s: round(per_s(bytes(DIR_READ) as f64) / 1048576.0, 3),
+            write_mib_s: round(per_s(bytes(DIR_WRITE) as f64) / 1048576.0, 3),
+            merges: bio_merges + d(cs.rq_merges, ps.rq_merges),
+            merge_pct: if bios > 0 {
+                round(bio_merges as f64 / bios as f64 * 100.0, 1)
+            } else {
+                0.0
+            },
+            bios,
+            avg_request_bytes: if data_ios > 0 {
+                round(data_bytes as f64 / data_ios as f64, 1)
+            } else {
+                0.0
+            },
+            size_hist: nonzero_buckets(&size, hist::bucket_low),
+            completed: d(cs.completed, ps.completed),
+            lat_samples,
+            lat_hist: nonzero_buckets(&lat, hist::bucket_low),
+            lat_mean_us: (lat_samples > 0)
+                .then(|| round(lat_sum as f64 / lat_samples as f64 / 1000.0, 1)),
+            lat_p50_us: us(hist::quantile(&lat, 0.50)),
+            lat_p90_us: us(hist::quantile(&lat, 0.90)),
+            lat_p99_us: us(hist::quantile(&lat, 0.99)),
+            inflight: c.inflight,
+            inflight_max: c.inflight_peak,
+            sequential_ios: d(cs.sequential, ps.sequential),
+            random_ios: d(cs.random, ps.random),
+            errors: d(cs.errors, ps.errors),
+            requeues: d(cs.requeues, ps.requeues),
+            remapped: d(cs.remapped, ps.remapped),
+            util_pct: util,
+        })
+    }
+
+    /// Whether anything happened on the device in this interval.
+    pub fn active(&self) -> bool {
+        self.read_ios
+            + self.write_ios
+            + self.flush_ios
+            + self.discard_ios
+            + self.bios
+            + self.completed
+            > 0
+    }
+}
+
+/// A dm map's paths summed: how the map's load spread over its paths.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MapInterval {
+    pub map: String,
+    pub dev: String,
+    pub paths: Vec<String>,
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub iops: f64,
+    pub mib_s: f64,
+    pub errors: u64,
+    /// Each path's share of the map's bytes, in path order.
+    pub path_share_pct: Vec<f64>,
+}
+
+impl MapInterval {
+    pub fn sum(map: &str, dev: DevNum, paths: &[&DeviceInterval]) -> Self {
+        let total_bytes: u64 = paths.iter().map(|p| p.read_bytes + p.write_bytes).sum();
+        Self {
+            map: map.to_string(),
+            dev: dev.to_string(),
+            paths: paths.iter().map(|p| p.device.clone()).collect(),
+            read_ios: paths.iter().map(|p| p.read_ios).sum(),
+            write_ios: paths.iter().map(|p| p.write_ios).sum(),
+            read_bytes: paths.iter().map(|p| p.read_bytes).sum(),
+            write_bytes: paths.iter().map(|p| p.write_bytes).sum(),
+            iops: round(paths.iter().map(|p| p.iops).sum(), 1),
+            mib_s: round(paths.iter().map(|p| p.read_mib_s + p.write_mib_s).sum(), 3),
+            errors: paths.iter().map(|p| p.errors).sum(),
+            path_share_pct: paths
+                .iter()
+                .map(|p| {
+                    if total_bytes == 0 {
+                        0.0
+                    } else {
+                        round(
+                            (p.read_bytes + p.write_bytes) as f64 / total_bytes as f64 * 100.0,
+                            1,
+                        )
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn snap(at: Instant, dev: DevNum, s: DevStats, peak: u64) -> Snapshot {
+        Snapshot {
+            taken: at,
+            devices: [(
+                dev,
+                DeviceCounters {
+                    stats: s,
+                    inflight: 1,
+                    inflight_peak: peak,
+                },
+            )]
+            .into(),
+            remaps: Default::default(),
+            cgroups: Default::default(),
+            io_ticks_ms: [(dev, 1000)].into(),
+        }
+    }
+
+    #[test]
+    fn interval_is_the_difference() {
+        let dev = DevNum::new(7, 0);
+        let t0 = Instant::now();
+        let mut a = DevStats::ZERO;
+        a.ios[DIR_WRITE] = 10;
+        a.bytes[DIR_WRITE] = 10 * 65536;
+        a.size_hist[16] = 10;
+        a.lat_hist[20] = 10;
+        a.completed = 10;
+        let mut b = a;
+        b.ios[DIR_WRITE] = 110;
+        b.bytes[DIR_WRITE] = 110 * 65536;
+        b.size_hist[16] = 110;
+        b.lat_hist[20] = 60;
+        b.lat_hist[21] = 50;
+        b.completed = 110;
+        b.bios = 200;
+        b.bio_backmerges = 100;
+        b.sequential = 99;
+        b.random = 1;
+        let mut p = snap(t0, dev, a, 3);
+        let mut c = snap(t0 + Duration::from_secs(2), dev, b, 4);
+        p.io_ticks_ms.insert(dev, 1000);
+        c.io_ticks_ms.insert(dev, 2000);
+        let i = DeviceInterval::between(dev, "loop0", None, &p, &c).unwrap();
+        assert_eq!(i.write_ios, 100);
+        assert_eq!(i.write_bytes, 6_553_600);
+        assert_eq!(i.size_hist, [(65536, 100)].into());
+        assert_eq!(i.avg_request_bytes, 65536.0);
+        assert_eq!(i.iops, 50.0);
+        assert_eq!(i.lat_samples, 100);
+        assert_eq!(i.completed, 100);
+        assert_eq!(i.merges, 100);
+        assert_eq!(i.merge_pct, 50.0);
+        assert_eq!(i.util_pct, Some(50.0));
+        assert_eq!(i.inflight_max, 4);
+        assert_eq!((i.sequential_ios, i.random_ios), (99, 1));
+        let (p50, p99) = (i.lat_p50_us.unwrap(), i.lat_p99_us.unwrap());
+        assert!(p50 <= i.lat_p90_us.unwrap() && i.lat_p90_us.unwrap() <= p99);
+        assert!((1048.5..=2097.2).contains(&p50), "{p50}");
+        assert!(i.active());
+    }
+
+    #[test]
+    fn a_new_device_counts_from_zero() {
+        let dev = DevNum::new(8, 0);
+        let t0 = Instant::now();
+        let mut s = DevStats::ZERO;
+        s.ios[DIR_READ] = 5;
+        let empty = Snapshot {
+            taken: t0,
+            devices: Default::default(),
+            remaps: Default::default(),
+            cgroups: Default::default(),
+            io_ticks_ms: Default::default(),
+        };
+        let c = snap(t0 + Duration::from_secs(1), dev, s, 1);
+        let i = DeviceInterval::between(dev, "sda", None, &empty, &c).unwrap();
+        assert_eq!(i.read_ios, 5);
+        assert_eq!(i.util_pct, None);
+        assert!(DeviceInterval::between(DevNum::new(1, 1), "x", None, &empty, &c).is_none());
+    }
+
+    #[test]
+    fn map_sums_and_shares() {
+        let dev = DevNum::new(8, 0);
+        let t0 = Instant::now();
+        let mk = |r: u64| {
+            let mut s = DevStats::ZERO;
+            s.ios[DIR_READ] = r;
+            s.bytes[DIR_READ] = r * 4096;
+            snap(t0 + Duration::from_secs(1), dev, s, 0)
+        };
+        let p = snap(t0, dev, DevStats::ZERO, 0);
+        let a = DeviceInterval::between(dev, "sda", None, &p, &mk(30)).unwrap();
+        let b = DeviceInterval::between(dev, "sdb", None, &p, &mk(10)).unwrap();
+        let m = MapInterval::sum("mpatha", DevNum::new(254, 0), &[&a, &b]);
+        assert_eq!(m.read_ios, 40);
+        assert_eq!(m.path_share_pct, vec![75.0, 25.0]);
+        assert_eq!(m.paths, vec!["sda", "sdb"]);
+    }
+}

@@ -1,0 +1,181 @@
+//! Field offsets of the block tracepoints, read from tracefs at load time:
+//! the layouts differ between events and kernels, so nothing is assumed.
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use pathpilot_common::Layout;
+
+use super::ObserveError;
+
+const CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// Finds tracefs, mounting it at /sys/kernel/tracing when nothing is mounted
+/// (fresh machines and minimal VMs often have it unmounted; we are root).
+pub fn locate() -> Result<PathBuf, ObserveError> {
+    for c in CANDIDATES {
+        if Path::new(c).join("events/block").is_dir() {
+            return Ok(c.into());
+        }
+    }
+    let target = CANDIDATES[0];
+    let mounted = std::ffi::CString::new(target)
+        .ok()
+        .map(|t| unsafe {
+            libc::mount(
+                c"tracefs".as_ptr(),
+                t.as_ptr(),
+                c"tracefs".as_ptr(),
+                0,
+                std::ptr::null(),
+            ) == 0
+        })
+        .unwrap_or(false);
+    if mounted && Path::new(target).join("events/block").is_dir() {
+        return Ok(target.into());
+    }
+    Err(ObserveError::NoTracefs(format!(
+        "tracefs with block events is not mounted at {} and mounting it failed ({})",
+        CANDIDATES.join(" or "),
+        std::io::Error::last_os_error()
+    )))
+}
+
+/// `name -> (offset, size)` of an event's fields, from its format file.
+pub fn fields(format: &str) -> HashMap<String, (u32, u32)> {
+    let mut out = HashMap::new();
+    for line in format.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("field:") else {
+            continue;
+        };
+        let mut decl = None;
+        let mut offset = None;
+        let mut size = None;
+        for part in rest.split(';') {
+            let part = part.trim();
+            if let Some(v) = part.strip_prefix("offset:") {
+                offset = v.parse().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse().ok();
+            } else if decl.is_none() && !part.is_empty() && !part.contains(':') {
+                decl = Some(part);
+            }
+        }
+        // "dev_t dev", "char rwbs[10]", "__data_loc char[] cmd": the name is
+        // the last word, without any array suffix.
+        let name = decl
+            .and_then(|d| d.split_whitespace().last())
+            .map(|n| n.split('[').next().unwrap_or(n).to_string());
+        if let (Some(n), Some(o), Some(s)) = (name, offset, size) {
+            out.insert(n, (o, s));
+        }
+    }
+    out
+}
+
+/// Reads one field's offset, checking its size against what the programs
+/// read: a kernel whose layout differs fails here with a clear message
+/// instead of producing wrong numbers.
+fn field(
+    root: &Path,
+    event: &str,
+    name: &str,
+    size: u32,
+    cache: &mut HashMap<String, HashMap<String, (u32, u32)>>,
+) -> Result<u32, ObserveError> {
+    if !cache.contains_key(event) {
+        let path = root.join("events/block").join(event).join("format");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ObserveError::Layout(format!("cannot read {}: {e}", path.display())))?;
+        cache.insert(event.to_string(), fields(&text));
+    }
+    let (off, sz) = cache[event].get(name).copied().ok_or_else(|| {
+        ObserveError::Layout(format!("tracepoint block/{event} has no field '{name}'"))
+    })?;
+    // rwbs is a char array: the programs read its first 4 bytes.
+    if (name == "rwbs" && sz < size) || (name != "rwbs" && sz != size) {
+        return Err(ObserveError::Layout(format!(
+            "tracepoint block/{event} field '{name}' is {sz} bytes, expected {size}"
+        )));
+    }
+    Ok(off)
+}
+
+/// The offsets of every field the programs read.
+pub fn layout(root: &Path) -> Result<Layout, ObserveError> {
+    let c = &mut HashMap::new();
+    Ok(Layout {
+        issue_dev: field(root, "block_rq_issue", "dev", 4, c)?,
+        issue_sector: field(root, "block_rq_issue", "sector", 8, c)?,
+        issue_nr_sector: field(root, "block_rq_issue", "nr_sector", 4, c)?,
+        issue_rwbs: field(root, "block_rq_issue", "rwbs", 4, c)?,
+        complete_dev: field(root, "block_rq_complete", "dev", 4, c)?,
+        complete_sector: field(root, "block_rq_complete", "sector", 8, c)?,
+        complete_error: field(root, "block_rq_complete", "error", 4, c)?,
+        insert_dev: field(root, "block_rq_insert", "dev", 4, c)?,
+        requeue_dev: field(root, "block_rq_requeue", "dev", 4, c)?,
+        requeue_sector: field(root, "block_rq_requeue", "sector", 8, c)?,
+        merge_dev: field(root, "block_rq_merge", "dev", 4, c)?,
+        bio_queue_dev: field(root, "block_bio_queue", "dev", 4, c)?,
+        bio_queue_nr_sector: field(root, "block_bio_queue", "nr_sector", 4, c)?,
+        backmerge_dev: field(root, "block_bio_backmerge", "dev", 4, c)?,
+        frontmerge_dev: field(root, "block_bio_frontmerge", "dev", 4, c)?,
+        remap_dev: field(root, "block_rq_remap", "dev", 4, c)?,
+        remap_old_dev: field(root, "block_rq_remap", "old_dev", 4, c)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQUEUE: &str = "name: block_rq_requeue
+ID: 2100
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:sector_t sector;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:unsigned int nr_sector;\toffset:24;\tsize:4;\tsigned:0;
+\tfield:unsigned short ioprio;\toffset:28;\tsize:2;\tsigned:0;
+\tfield:char rwbs[10];\toffset:30;\tsize:10;\tsigned:0;
+\tfield:__data_loc char[] cmd;\toffset:40;\tsize:4;\tsigned:0;
+
+print fmt: \"%d,%d\"
+";
+
+    #[test]
+    fn parses_a_format_file() {
+        let f = fields(REQUEUE);
+        assert_eq!(f["dev"], (8, 4));
+        assert_eq!(f["sector"], (16, 8));
+        assert_eq!(f["rwbs"], (30, 10));
+        assert_eq!(f["cmd"], (40, 4));
+        assert_eq!(f["common_pid"], (4, 4));
+    }
+
+    #[test]
+    fn checks_sizes() {
+        let dir = std::env::temp_dir().join(format!("pp-tracefs-{}", std::process::id()));
+        let ev = dir.join("events/block/block_rq_requeue");
+        std::fs::create_dir_all(&ev).unwrap();
+        std::fs::write(ev.join("format"), REQUEUE.replace("size:8", "size:4")).unwrap();
+        let err = field(&dir, "block_rq_requeue", "sector", 8, &mut HashMap::new()).unwrap_err();
+        assert!(err.to_string().contains("is 4 bytes, expected 8"), "{err}");
+        let err = field(&dir, "block_rq_requeue", "nope", 4, &mut HashMap::new()).unwrap_err();
+        assert!(err.to_string().contains("no field 'nope'"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_running_kernel_has_every_field() {
+        // Host and VM kernels both must: this is what the probes read.
+        let root = locate().expect("tracefs (run as root)");
+        let l = layout(&root).expect("layout");
+        assert_eq!(l.issue_dev, 8);
+        assert_ne!(l.requeue_sector, 0);
+    }
+}

@@ -1,0 +1,2 @@
+//! Test support: see the modules.
+pub mod host;

@@ -1,0 +1,162 @@
+//! The observer against real eBPF programs on real tracepoints, driven by
+//! real I/O to loop devices on the host (run as root).
+use pathpilot::{
+    blockdev::BlockDev,
+    observer::{DeviceInterval, Observer, Scope},
+};
+use pathpilot_tests::host::{LoopDev, sh};
+
+/// Watches `lo`, runs `io`, and returns the device's figures for exactly
+/// that span.
+fn observe(lo: &LoopDev, io: &str) -> DeviceInterval {
+    let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
+    let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
+    obs.watch(dev.dev).unwrap();
+    let before = obs.snapshot().unwrap();
+    sh(io);
+    let after = obs.snapshot().unwrap();
+    DeviceInterval::between(dev.dev, &dev.name, None, &before, &after)
+        .unwrap_or_else(|| panic!("no counters for {} after `{io}`", lo.path))
+}
+
+#[test]
+fn direct_64k_writes_are_counted_exactly() {
+    let lo = LoopDev::new(64);
+    let i = observe(
+        &lo,
+        &format!(
+            "dd if=/dev/zero of={} bs=64k count=100 oflag=direct status=none",
+            lo.path
+        ),
+    );
+    assert_eq!(i.write_ios, 100, "{i:#?}");
+    assert_eq!(i.write_bytes, 6_553_600);
+    assert_eq!(i.read_ios, 0);
+    assert_eq!(
+        i.size_hist,
+        [(65536, 100)].into(),
+        "all in the 64 KiB bucket"
+    );
+    assert_eq!(i.avg_request_bytes, 65536.0);
+    assert_eq!(i.errors, 0);
+    assert_eq!(i.completed, 100);
+    // dd issues one request at a time, each where the previous one ended;
+    // the first is random (nothing before it).
+    assert!(i.sequential_ios >= 99, "{i:#?}");
+    assert_eq!(i.inflight_max, 1);
+}
+
+#[test]
+fn latency_histogram_counts_every_completion() {
+    let lo = LoopDev::new(64);
+    let i = observe(
+        &lo,
+        &format!(
+            "dd if={} of=/dev/null bs=16k count=500 iflag=direct status=none",
+            lo.path
+        ),
+    );
+    assert_eq!(i.read_ios, 500);
+    assert_eq!(i.completed, 500);
+    assert_eq!(i.lat_samples, i.completed, "{i:#?}");
+    let (p50, p90, p99) = (
+        i.lat_p50_us.unwrap(),
+        i.lat_p90_us.unwrap(),
+        i.lat_p99_us.unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{p50} {p90} {p99}");
+    assert!(i.lat_mean_us.unwrap() > 0.0);
+}
+
+#[test]
+fn buffered_writes_merge_and_bytes_stay_exact() {
+    let lo = LoopDev::new(64);
+    let i = observe(
+        &lo,
+        &format!(
+            "dd if=/dev/zero of={} bs=4k count=4096 conv=fsync status=none",
+            lo.path
+        ),
+    );
+    assert_eq!(i.write_bytes, 4096 * 4096, "{i:#?}");
+    assert!(i.merges > 0, "page-cache writeback merges bios: {i:#?}");
+    assert!(
+        i.avg_request_bytes >= 16.0 * 1024.0,
+        "requests well above 4 KiB: {}",
+        i.avg_request_bytes
+    );
+    // fsync on a block device ends with a cache flush: counted apart, no bytes.
+    assert!(i.flush_ios >= 1, "{i:#?}");
+    assert_eq!(i.size_hist.values().sum::<u64>(), i.write_ios);
+}
+
+fn fio(path: &str, rw: &str) -> String {
+    format!(
+        "fio --name=t --filename={path} --rw={rw} --bs=4k --size=32m --io_size=16m \
+         --direct=1 --ioengine=psync --iodepth=1 --randrepeat=0 --output-format=terse >/dev/null"
+    )
+}
+
+#[test]
+fn sequential_and_random_reads_are_classified() {
+    let lo = LoopDev::new(64);
+    let seq = observe(&lo, &fio(&lo.path, "read"));
+    let n = (seq.sequential_ios + seq.random_ios) as f64;
+    assert_eq!(seq.read_ios, 4096, "{seq:#?}");
+    assert!(seq.sequential_ios as f64 >= 0.95 * n, "{seq:#?}");
+    let rnd = observe(&lo, &fio(&lo.path, "randread"));
+    let n = (rnd.sequential_ios + rnd.random_ios) as f64;
+    assert!(rnd.sequential_ios as f64 <= 0.05 * n, "{rnd:#?}");
+    assert_eq!(rnd.size_hist, [(4096, 4096)].into());
+}
+
+#[test]
+fn unwatched_devices_record_nothing() {
+    let watched = LoopDev::new(16);
+    let other = LoopDev::new(16);
+    let w = BlockDev::resolve(&watched.path).unwrap();
+    let o = BlockDev::resolve(&other.path).unwrap();
+    let mut obs = Observer::load(Scope::WatchList).unwrap();
+    obs.watch(w.dev).unwrap();
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=20 oflag=direct status=none",
+        other.path
+    ));
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=10 oflag=direct status=none",
+        watched.path
+    ));
+    let snap = obs.snapshot().unwrap();
+    assert!(
+        !snap.devices.contains_key(&o.dev),
+        "unwatched device has counters"
+    );
+    assert_eq!(
+        snap.devices[&w.dev].stats.ios[pathpilot_common::DIR_WRITE],
+        10
+    );
+    // Forgetting a device deletes its entries.
+    obs.unwatch(w.dev).unwrap();
+    assert!(!obs.snapshot().unwrap().devices.contains_key(&w.dev));
+    assert!(obs.watched().is_empty());
+}
+
+#[test]
+fn cgroup_shares_are_recorded() {
+    let lo = LoopDev::new(16);
+    let dev = BlockDev::resolve(&lo.path).unwrap();
+    let mut obs = Observer::load(Scope::WatchList).unwrap();
+    obs.watch(dev.dev).unwrap();
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=30 oflag=direct status=none",
+        lo.path
+    ));
+    let snap = obs.snapshot().unwrap();
+    let bytes: u64 = snap
+        .cgroups
+        .iter()
+        .filter(|((d, _), _)| *d == dev.dev)
+        .map(|(_, s)| s.bytes)
+        .sum();
+    assert_eq!(bytes, 30 * 65536);
+}

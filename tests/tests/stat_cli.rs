@@ -1,0 +1,160 @@
+//! `pathpilot stat` as a user runs it.
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use pathpilot_tests::host::{LoopDev, loaded_program_ids, pathpilot_bin, program_ids_of, sh};
+
+#[test]
+fn a_missing_device_is_one_clear_line() {
+    let out = Command::new(pathpilot_bin())
+        .args(["stat", "/dev/does-not-exist"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "not-found exit status");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("/dev/does-not-exist"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_values_are_usage_errors() {
+    for args in [
+        vec!["stat", "--interval", "soon", "loop0"],
+        vec!["stat", "--count", "-3", "loop0"],
+        vec!["stat", "/dev/null"],
+    ] {
+        let out = Command::new(pathpilot_bin()).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+}
+
+#[test]
+fn non_root_is_told_to_be_root() {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(pathpilot_bin())
+        .args(["stat", "loop0", "--count", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("root"), "{err}");
+}
+
+#[test]
+fn json_stream_has_one_object_per_device_per_interval() {
+    let a = LoopDev::new(16);
+    let b = LoopDev::new(16);
+    let mut child = Command::new(pathpilot_bin())
+        .args([
+            "stat",
+            &a.path,
+            b.name(),
+            "--json",
+            "--interval",
+            "1s",
+            "--count",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The observer says when it is attached: I/O before that is not seen.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("observing"), "{line}");
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=50 oflag=direct status=none",
+        a.path
+    ));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let objs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    assert_eq!(objs.len(), 6, "2 devices x 3 intervals");
+    for o in &objs {
+        for k in [
+            "device",
+            "dev",
+            "interval_s",
+            "read_ios",
+            "write_ios",
+            "read_bytes",
+            "write_bytes",
+            "merges",
+            "avg_request_bytes",
+            "size_hist",
+            "lat_p50_us",
+            "lat_p99_us",
+            "inflight_max",
+            "sequential_ios",
+            "random_ios",
+        ] {
+            assert!(o.get(k).is_some(), "missing {k} in {o}");
+        }
+    }
+    let writes: u64 = objs
+        .iter()
+        .filter(|o| o["device"] == a.name())
+        .map(|o| o["write_ios"].as_u64().unwrap())
+        .sum();
+    assert_eq!(writes, 50, "per-interval counts add up to the whole run");
+    assert!(
+        objs.iter()
+            .filter(|o| o["device"] == b.name())
+            .all(|o| o["write_ios"] == 0)
+    );
+}
+
+#[test]
+fn ctrl_c_detaches_everything() {
+    let lo = LoopDev::new(16);
+    let mut child = Command::new(pathpilot_bin())
+        .args(["stat", &lo.path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("observing"), "{line}");
+    let ours = program_ids_of(child.id());
+    assert_eq!(
+        ours.len(),
+        9,
+        "one program per tracepoint while stat runs: {ours:?}"
+    );
+    unsafe { libc_kill(child.id() as i32, 2) };
+    let t = Instant::now();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "Ctrl-C is a clean stop: {st}");
+    assert!(t.elapsed() < Duration::from_secs(3));
+    let mut left: Vec<u32> = Vec::new();
+    for _ in 0..20 {
+        let loaded = loaded_program_ids();
+        left = ours
+            .iter()
+            .copied()
+            .filter(|i| loaded.contains(i))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(left.is_empty(), "programs left loaded: {left:?}");
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

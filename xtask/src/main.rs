@@ -1,0 +1,42 @@
+//! `cargo xtask`: setup, the VM testbed, benchmarks, and the test command.
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod demo;
+mod setup;
+mod test;
+mod vm;
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "pathpilot's build, testbed and benchmark helpers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install (idempotently) everything the build and the tests need:
+    /// apt packages, rust-src for nightly, bpf-linker.
+    Setup(setup::Args),
+    /// Set up, build, and show pathpilot at work on something real.
+    Demo(demo::Args),
+    /// The test command: format and lint checks, release build, every test
+    /// (host eBPF tests on loop devices and VM tests of real dm-multipath).
+    Test(test::Args),
+    /// Boot the dm-multipath VM testbed and run a command in it.
+    #[command(subcommand)]
+    Vm(vm::Cmd),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Demo(a) => demo::run_demo(a),
+        Cmd::Setup(a) => setup::run(a),
+        Cmd::Test(a) => test::run_tests(a),
+        Cmd::Vm(c) => vm::run(c),
+    }
+}

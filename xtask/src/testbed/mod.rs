@@ -1,0 +1,1 @@
+//! The VM testbed (see issue 3).
