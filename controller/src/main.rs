@@ -1,12 +1,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use pathpilot::cli::{Cli, Command, exit_code, stat};
+use pathpilot::cli::{Cli, Command, exit_code, stat, top};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Stat(a) => stat::run(a),
+        Command::Top(a) => top::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod demo;
 mod setup;
 mod test;
@@ -22,6 +23,9 @@ enum Cmd {
     /// Install (idempotently) everything the build and the tests need:
     /// apt packages, rust-src for nightly, bpf-linker.
     Setup(setup::Args),
+    /// Benchmarks: figures and ratios measured side by side in one run.
+    #[command(subcommand)]
+    Bench(bench::Cmd),
     /// Set up, build, and show pathpilot at work on something real.
     Demo(demo::Args),
     /// The test command: format and lint checks, release build, every test
@@ -34,6 +38,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
+        Cmd::Bench(c) => bench::run(c),
         Cmd::Demo(a) => demo::run_demo(a),
         Cmd::Setup(a) => setup::run(a),
         Cmd::Test(a) => test::run_tests(a),

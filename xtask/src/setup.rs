@@ -10,9 +10,12 @@ use xtask::util::{cache_dir, output, run as run_cmd, workspace_root};
 /// (qemu-utils is deliberately absent: on this distribution its backported
 /// version conflicts with qemu-system-x86, and nothing here needs it.)
 pub const APT_PACKAGES: &[&str] = &[
-    // build: the udev crate links libudev
+    // build: the udev crate links libudev; devicemapper-sys links
+    // libdevmapper and runs bindgen, which needs libclang
     "pkg-config",
     "libudev-dev",
+    "libdevmapper-dev",
+    "libclang-dev",
     // host tests: load generators and a check that no program stays loaded
     "fio",
     "bpftool",
@@ -131,10 +134,10 @@ pub fn tools_dir() -> PathBuf {
 fn bpf_linker() -> Result<String> {
     let tools = tools_dir();
     let bin = tools.join("bin/bpf-linker");
-    if let Ok(v) = output(Command::new(&bin).arg("--version")) {
-        if v.contains(BPF_LINKER_VERSION) {
-            return Ok(format!("{} at {}", v.trim(), bin.display()));
-        }
+    if let Ok(v) = output(Command::new(&bin).arg("--version"))
+        && v.contains(BPF_LINKER_VERSION)
+    {
+        return Ok(format!("{} at {}", v.trim(), bin.display()));
     }
     // bpf-linker must link the same LLVM as rustc's bpf backend: point it
     // at nightly's own libLLVM instead of the system's (Debian's is too old).

@@ -8,6 +8,7 @@ use crate::{blockdev::ResolveError, observer::ObserveError};
 
 pub mod signals;
 pub mod stat;
+pub mod top;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,6 +27,9 @@ pub enum Command {
     /// Per-device I/O figures from eBPF, like iostat: requests, bytes, sizes,
     /// merges, latency percentiles, queue depth, sequential share.
     Stat(stat::Args),
+    /// Live dashboard of the maps and their paths (from the daemon, or a
+    /// read-only observer of its own).
+    Top(top::Args),
 }
 
 /// Exit statuses, documented in `--help` and the README.

@@ -1,0 +1,303 @@
+//! `pathpilot top`: the live dashboard. With a daemon it shows the daemon's
+//! view (maps, checker, tuner); without one it runs its own read-only
+//! observer on the given devices, or on the paths of every dm map.
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use pathpilot_dashboards::{
+    app::{Request, Ui},
+    model::{MapView, Model, PathView},
+    render_text, term,
+};
+
+use super::{UsageError, parse_duration};
+use crate::{
+    blockdev::{BlockDev, DevNum, display_name},
+    observer::{DeviceInterval, Observer, Scope, Snapshot, path_to_map},
+};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Devices to watch when no daemon runs (default: the paths of every
+    /// dm map). A path, a kernel name or MAJ:MIN.
+    pub devices: Vec<String>,
+    /// Refresh interval.
+    #[arg(short, long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Print one screen as text after one interval and exit (for scripts).
+    #[arg(long)]
+    pub once: bool,
+    /// Screen size for --once, as COLSxROWS.
+    #[arg(long, default_value = "120x40")]
+    pub size: String,
+}
+
+/// Sparkline history kept per device, in samples.
+const HISTORY: usize = 120;
+
+/// The dashboard fed by a local, read-only observer.
+pub struct ObserverSource {
+    obs: Observer,
+    prev: Snapshot,
+    /// Devices shown when given explicitly; otherwise dm map paths.
+    explicit: Vec<BlockDev>,
+    history: HashMap<DevNum, VecDeque<u64>>,
+    interval: Duration,
+}
+
+impl ObserverSource {
+    pub fn new(explicit: Vec<BlockDev>, interval: Duration) -> Result<Self> {
+        let mut obs = Observer::load(Scope::WatchList).context("cannot start the observer")?;
+        for d in &explicit {
+            obs.watch(d.dev)?;
+        }
+        let mut me = Self {
+            prev: obs.snapshot()?,
+            obs,
+            explicit,
+            history: HashMap::new(),
+            interval,
+        };
+        me.watch_map_paths()?;
+        Ok(me)
+    }
+
+    /// Without explicit devices, follows the dm maps as they come and go.
+    fn watch_map_paths(&mut self) -> Result<()> {
+        if !self.explicit.is_empty() {
+            return Ok(());
+        }
+        let snap_maps = path_to_map(&self.prev);
+        let watched = self.obs.watched();
+        for (p, m) in snap_maps {
+            for d in [p, m] {
+                if !watched.contains(&d) {
+                    self.obs.watch(d)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn path_view(&mut self, i: &DeviceInterval, map_bytes: u64, weight: String) -> PathView {
+        let dev: DevNum = i.dev.parse().unwrap_or(DevNum::new(0, 0));
+        let h = self.history.entry(dev).or_default();
+        h.push_back(((i.read_mib_s + i.write_mib_s) * 1024.0) as u64);
+        while h.len() > HISTORY {
+            h.pop_front();
+        }
+        let bytes = i.read_bytes + i.write_bytes;
+        PathView {
+            device: i.device.clone(),
+            hctl: hctl(dev),
+            dev: i.dev.clone(),
+            dm_state: "-".into(),
+            checker: "-".into(),
+            iops: i.iops,
+            mib_s: i.read_mib_s + i.write_mib_s,
+            share_pct: if map_bytes > 0 {
+                bytes as f64 / map_bytes as f64 * 100.0
+            } else {
+                0.0
+            },
+            avg_kib: i.avg_request_bytes / 1024.0,
+            merge_pct: i.merge_pct,
+            lat_p50_us: i.lat_p50_us,
+            lat_p99_us: i.lat_p99_us,
+            inflight: i.inflight,
+            weight,
+            history: h.iter().copied().collect(),
+        }
+    }
+}
+
+/// SCSI address of a path (`H:C:T:L`), "-" for other devices.
+pub fn hctl(dev: DevNum) -> String {
+    std::fs::read_link(dev.sysfs().join("device"))
+        .ok()
+        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| n.split(':').count() == 4)
+        .unwrap_or_else(|| "-".into())
+}
+
+fn interval_of(dev: DevNum, prev: &Snapshot, cur: &Snapshot) -> DeviceInterval {
+    let name = display_name(dev);
+    DeviceInterval::between(dev, &name, None, prev, cur).unwrap_or_else(|| {
+        // A device with no counters yet: a zero row.
+        let mut c = cur.clone();
+        c.devices.insert(
+            dev,
+            crate::observer::DeviceCounters {
+                stats: pathpilot_common::DevStats::ZERO,
+                inflight: 0,
+                inflight_peak: 0,
+            },
+        );
+        DeviceInterval::between(dev, &name, None, prev, &c).expect("inserted")
+    })
+}
+
+fn hist(h: &BTreeMap<u64, u64>) -> Vec<(u64, u64)> {
+    h.iter().map(|(k, v)| (*k, *v)).collect()
+}
+
+impl term::Source for ObserverSource {
+    fn refresh(&mut self) -> Result<Model, String> {
+        let cur = self.obs.snapshot().map_err(|e| e.to_string())?;
+        let mut groups: BTreeMap<String, (Option<DevNum>, Vec<DevNum>)> = BTreeMap::new();
+        if self.explicit.is_empty() {
+            for (p, m) in path_to_map(&cur) {
+                groups
+                    .entry(display_name(m))
+                    .or_insert((Some(m), vec![]))
+                    .1
+                    .push(p);
+            }
+        } else {
+            groups.insert(
+                "(watched)".into(),
+                (None, self.explicit.iter().map(|d| d.dev).collect()),
+            );
+        }
+        let mut maps = Vec::new();
+        for (name, (mapdev, mut paths)) in groups {
+            paths.sort();
+            let rows: Vec<DeviceInterval> = paths
+                .iter()
+                .map(|p| interval_of(*p, &self.prev, &cur))
+                .collect();
+            let total: u64 = rows.iter().map(|r| r.read_bytes + r.write_bytes).sum();
+            let path_views: Vec<PathView> = rows
+                .iter()
+                .map(|r| self.path_view(r, total, "-".into()))
+                .collect();
+            // The map's own figures where it is a dm device; else the sum.
+            let top = mapdev.map(|m| interval_of(m, &self.prev, &cur));
+            let (iops, mib_s) = match &top {
+                Some(t) => (t.iops, t.read_mib_s + t.write_mib_s),
+                None => (
+                    path_views.iter().map(|p| p.iops).sum(),
+                    path_views.iter().map(|p| p.mib_s).sum(),
+                ),
+            };
+            let (size_hist, lat_hist) = match &top {
+                Some(t) => (hist(&t.size_hist), hist(&t.lat_hist)),
+                None => merged_hists(&rows),
+            };
+            let wwid = mapdev
+                .and_then(|m| std::fs::read_to_string(m.sysfs().join("dm/uuid")).ok())
+                .map(|u| u.trim().trim_start_matches("mpath-").to_string())
+                .unwrap_or_else(|| "-".into());
+            maps.push(MapView {
+                name,
+                wwid,
+                dm_dev: mapdev.map(display_name).unwrap_or_else(|| "-".into()),
+                selector: "-".into(),
+                features: "-".into(),
+                state: "-".into(),
+                tuner: "-".into(),
+                iops,
+                mib_s,
+                paths: path_views,
+                size_hist,
+                lat_hist,
+                cgroups: cgroup_shares(&self.prev, &cur, mapdev.into_iter().chain(paths).collect()),
+            });
+        }
+        self.prev = cur;
+        self.watch_map_paths().map_err(|e| e.to_string())?;
+        Ok(Model {
+            source: "observer (read-only)".into(),
+            interval_s: self.interval.as_secs_f64(),
+            maps,
+            decisions: vec![],
+        })
+    }
+
+    fn request(&mut self, r: &Request) -> String {
+        match r {
+            Request::Quit => String::new(),
+            _ => "read-only: no pathpilot daemon is running (start `pathpilot daemon`)".into(),
+        }
+    }
+}
+
+/// (bucket, count) pairs, the dashboard's histogram form.
+type Hist = Vec<(u64, u64)>;
+
+fn merged_hists(rows: &[DeviceInterval]) -> (Hist, Hist) {
+    let mut s: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut l: BTreeMap<u64, u64> = BTreeMap::new();
+    for r in rows {
+        for (k, v) in &r.size_hist {
+            *s.entry(*k).or_default() += v;
+        }
+        for (k, v) in &r.lat_hist {
+            *l.entry(*k).or_default() += v;
+        }
+    }
+    (hist(&s), hist(&l))
+}
+
+/// Each cgroup's share of the bytes submitted to these devices this interval.
+fn cgroup_shares(prev: &Snapshot, cur: &Snapshot, devs: Vec<DevNum>) -> Vec<(String, f64)> {
+    let mut by: BTreeMap<u64, u64> = BTreeMap::new();
+    for ((d, cg), s) in &cur.cgroups {
+        if devs.contains(d) {
+            let before = prev.cgroups.get(&(*d, *cg)).map_or(0, |p| p.bytes);
+            *by.entry(*cg).or_default() += s.bytes.saturating_sub(before);
+        }
+    }
+    let total: u64 = by.values().sum();
+    if total == 0 {
+        return vec![];
+    }
+    let mut v: Vec<(String, f64)> = by
+        .into_iter()
+        .filter(|(_, b)| *b > 0)
+        .map(|(cg, b)| (format!("cgroup {cg}"), b as f64 / total as f64 * 100.0))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
+}
+
+fn parse_size(s: &str) -> Result<(u16, u16)> {
+    let bad = || UsageError(format!("--size '{s}': expected COLSxROWS, e.g. 80x24"));
+    let (a, b) = s.split_once('x').ok_or_else(bad)?;
+    let (w, h): (u16, u16) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if !(20..=1000).contains(&w) || !(5..=1000).contains(&h) {
+        return Err(bad().into());
+    }
+    Ok((w, h))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let size = parse_size(&args.size)?;
+    let explicit: Vec<BlockDev> = args
+        .devices
+        .iter()
+        .map(|d| BlockDev::resolve(d))
+        .collect::<Result<_, _>>()?;
+    // Without a daemon, the dashboard needs its own observer, and so root.
+    let mut source = ObserverSource::new(explicit, args.interval).map_err(|e| {
+        e.context("no pathpilot daemon is running and the dashboard cannot observe on its own")
+    })?;
+    super::signals::install();
+    if args.once {
+        std::thread::sleep(args.interval);
+        let m = term::Source::refresh(&mut source).map_err(anyhow::Error::msg)?;
+        print!("{}", render_text(&m, &Ui::default(), size.0, size.1));
+        return Ok(());
+    }
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        bail!(UsageError(
+            "pathpilot top needs a terminal; use --once for a text snapshot".into()
+        ));
+    }
+    term::run(&mut source, args.interval)?;
+    Ok(())
+}

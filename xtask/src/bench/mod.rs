@@ -1,0 +1,38 @@
+//! `cargo xtask bench ...`: figures measured side by side in one run,
+//! printed as a table and written to `target/bench/NAME.json`.
+use anyhow::Result;
+use clap::Subcommand;
+use xtask::util::workspace_root;
+
+mod observer;
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// The observer's cost: fio 4 KiB random reads on a page-cache-backed
+    /// loop device with the probes attached and detached, alternated.
+    Observer(observer::Args),
+}
+
+pub fn run(cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Observer(a) => observer::run(a),
+    }
+}
+
+/// Writes a benchmark's JSON next to the others.
+pub fn save(name: &str, value: &serde_json::Value) -> Result<std::path::PathBuf> {
+    let dir = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(value)? + "\n")?;
+    Ok(path)
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
