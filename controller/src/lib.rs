@@ -3,3 +3,4 @@ pub mod blockdev;
 pub mod cli;
 pub mod mpath;
 pub mod observer;
+pub mod tuner;

@@ -1,10 +1,103 @@
-//! `cargo xtask vm ...` (see issue 3).
+//! `cargo xtask vm ...` (see issue 3): the testbed for people; tests use
+//! the same code through `xtask::testbed`.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
 use anyhow::Result;
-use clap::Subcommand;
+use clap::{Args as ClapArgs, Subcommand};
+use xtask::testbed::{Config, Link, Testbed};
 
 #[derive(Subcommand)]
-pub enum Cmd {}
+pub enum Cmd {
+    /// Boot, run COMMAND in the guest shell (pathpilot, fio, dmsetup,
+    /// multipath on PATH), print its output, exit with its exit code.
+    Run {
+        #[command(flatten)]
+        opts: Opts,
+        /// The guest command (joined with spaces, run by `sh`).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Boot with an interactive guest shell on the console; `exit` powers
+    /// off (Ctrl-A x kills QEMU).
+    Shell {
+        #[command(flatten)]
+        opts: Opts,
+    },
+}
+
+#[derive(ClapArgs)]
+pub struct Opts {
+    /// Number of paths to the LUN (1-8); default: one per --cap, else 4.
+    #[arg(long)]
+    paths: Option<usize>,
+    /// Bandwidth cap per path in MiB/s (one value for all, or one per path).
+    #[arg(long, value_delimiter = ',')]
+    cap: Vec<f64>,
+    /// IOPS cap per path (one value for all, or one per path).
+    #[arg(long, value_delimiter = ',')]
+    iops: Vec<u64>,
+    /// One IOPS budget shared by all paths (the array's per-command cost).
+    #[arg(long)]
+    shared_iops: Option<u64>,
+    /// throttle (QEMU drive throttling) or wire (NBD over shaped veths).
+    #[arg(long, default_value = "throttle")]
+    link: Link,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512)]
+    mem: u32,
+    /// Command timeout in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Host directory mounted at /share in the guest (9p).
+    #[arg(long)]
+    share: Option<PathBuf>,
+}
+
+impl Opts {
+    fn config(self, interactive: bool) -> Config {
+        Config {
+            paths: self.paths,
+            caps_mib: self.cap,
+            iops: self.iops,
+            shared_iops: self.shared_iops,
+            link: self.link,
+            mem_mib: self.mem,
+            cmd_timeout: Duration::from_secs(self.timeout),
+            share: self.share,
+            interactive,
+            ..Config::default()
+        }
+    }
+}
 
 pub fn run(cmd: Cmd) -> Result<()> {
-    match cmd {}
+    match cmd {
+        Cmd::Run { opts, command } => {
+            let t = Instant::now();
+            let tb = Testbed::boot(opts.config(false))?;
+            let o = tb.run(&command.join(" "))?;
+            use std::io::Write;
+            std::io::stdout().write_all(&o.stdout)?;
+            std::io::stderr().write_all(&o.stderr)?;
+            let cmd_t = o.elapsed;
+            let boot = tb.boot_time();
+            let off = tb.power_off()?;
+            eprintln!(
+                "testbed: boot {:.2} s, command {:.2} s, power-off {:.2} s, total {:.2} s, exit {}",
+                boot.as_secs_f64(),
+                cmd_t.as_secs_f64(),
+                off.as_secs_f64(),
+                t.elapsed().as_secs_f64(),
+                o.code
+            );
+            std::process::exit(o.code);
+        }
+        Cmd::Shell { opts } => {
+            let tb = Testbed::boot(opts.config(true))?;
+            let st = tb.wait()?;
+            drop(tb);
+            std::process::exit(st.code().unwrap_or(1));
+        }
+    }
 }

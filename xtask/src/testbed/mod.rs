@@ -1,1 +1,262 @@
-//! The VM testbed (see issue 3).
+//! The VM testbed (issue 3): real dm-multipath over N emulated paths to one
+//! LUN, in a QEMU VM running a stock Debian kernel, because the development
+//! host has no device-mapper.
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use xtask::testbed::Testbed;
+//! let tb = Testbed::builder().paths(4).caps_mib(&[10.0, 20.0, 40.0, 80.0]).boot()?;
+//! let disks = tb.sh("ls /sys/block")?;
+//! tb.pull_path(1)?;
+//! tb.restore_path(1)?;
+//! # Ok(()) }
+//! ```
+//!
+//! - [`image`]: the cached kernel / initramfs / LUN image build;
+//! - [`vm`]: QEMU, the command agent on virtio-serial, QMP path actions;
+//! - [`wire`]: the network-namespace link model.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+pub mod base64;
+pub mod cpio;
+pub mod image;
+pub mod qmp;
+pub mod vm;
+pub mod wire;
+
+pub use vm::{Job, Output, Testbed};
+
+/// The WWN every path reports: one LUN, N paths.
+pub const WWN: u64 = 0x5000c500deadbeef;
+/// The SCSI serial every path reports.
+pub const SERIAL: &str = "MPATHLUN0";
+pub const MAX_PATHS: usize = 8;
+
+/// How a path's bandwidth cap is enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Link {
+    /// QEMU drive throttling: cheap and boots fast, but a leaky bucket, so
+    /// a single request is not slowed by size/rate.
+    #[default]
+    Throttle,
+    /// NBD over a `tc tbf`-shaped veth per path: a request takes
+    /// size/rate, like a real link.
+    Wire,
+}
+
+impl std::str::FromStr for Link {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "throttle" => Ok(Link::Throttle),
+            "wire" => Ok(Link::Wire),
+            _ => bail!("unknown link model {s:?} (throttle or wire)"),
+        }
+    }
+}
+
+/// Everything a testbed boot is made from. Use [`Builder`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `None`: as many as the longest cap list, else 4.
+    pub paths: Option<usize>,
+    /// MiB/s per path; one value applies to all; empty or 0 = uncapped.
+    pub caps_mib: Vec<f64>,
+    /// IOPS per path; one value applies to all; empty or 0 = uncapped.
+    pub iops: Vec<u64>,
+    /// One IOPS budget shared by all paths (a QEMU throttle group: the
+    /// array's per-command cost).
+    pub shared_iops: Option<u64>,
+    pub link: Link,
+    pub mem_mib: u32,
+    pub smp: u32,
+    pub boot_timeout: Duration,
+    /// Default per-command timeout of [`Testbed::sh`] and [`Testbed::run`].
+    pub cmd_timeout: Duration,
+    /// Host directory shared at /share (9p).
+    pub share: Option<PathBuf>,
+    pub lun_mib: u64,
+    /// Console on stdio and an interactive shell (`cargo xtask vm shell`).
+    pub interactive: bool,
+    /// Hold a machine-wide lock while the VM runs so two testbeds never
+    /// share the 2 host cores: throughput assertions would be meaningless.
+    pub exclusive: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            paths: None,
+            caps_mib: Vec::new(),
+            iops: Vec::new(),
+            shared_iops: None,
+            link: Link::Throttle,
+            mem_mib: 512,
+            smp: 1,
+            boot_timeout: Duration::from_secs(60),
+            cmd_timeout: Duration::from_secs(120),
+            share: None,
+            lun_mib: 1024,
+            interactive: false,
+            exclusive: true,
+        }
+    }
+}
+
+fn per_path<T: Copy + Default>(v: &[T], i: usize) -> T {
+    match v.len() {
+        0 => T::default(),
+        1 => v[0],
+        _ => v.get(i).copied().unwrap_or_default(),
+    }
+}
+
+impl Config {
+    pub fn n_paths(&self) -> usize {
+        if let Some(n) = self.paths {
+            return n;
+        }
+        match self.caps_mib.len().max(self.iops.len()) {
+            l if l > 1 => l,
+            _ => 4,
+        }
+    }
+    /// The cap of path `i` in MiB/s (0 = none).
+    pub fn cap_mib(&self, i: usize) -> f64 {
+        per_path(&self.caps_mib, i)
+    }
+    pub fn iops_of(&self, i: usize) -> u64 {
+        per_path(&self.iops, i)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let n = self.n_paths();
+        if !(1..=MAX_PATHS).contains(&n) {
+            bail!("paths must be 1..={MAX_PATHS}, not {n}");
+        }
+        for (what, len) in [("caps", self.caps_mib.len()), ("iops", self.iops.len())] {
+            if len > 1 && len != n {
+                bail!("{len} {what} given for {n} paths (give one value for all, or one per path)");
+            }
+        }
+        if self.caps_mib.iter().any(|c| !c.is_finite() || *c < 0.0) {
+            bail!("caps must be >= 0 MiB/s");
+        }
+        if self.mem_mib < 256 {
+            bail!(
+                "--mem {} MiB is too small (the initramfs alone is ~100 MiB)",
+                self.mem_mib
+            );
+        }
+        if let Some(s) = &self.share
+            && !s.is_dir()
+        {
+            bail!("share {} is not a directory", s.display());
+        }
+        Ok(())
+    }
+}
+
+/// Fluent construction of a [`Config`]; [`Builder::boot`] starts the VM.
+#[derive(Clone, Debug, Default)]
+pub struct Builder {
+    pub cfg: Config,
+}
+
+impl Builder {
+    pub fn paths(mut self, n: usize) -> Self {
+        self.cfg.paths = Some(n);
+        self
+    }
+    pub fn caps_mib(mut self, caps: &[f64]) -> Self {
+        self.cfg.caps_mib = caps.to_vec();
+        self
+    }
+    pub fn cap_mib(self, cap: f64) -> Self {
+        self.caps_mib(&[cap])
+    }
+    pub fn iops(mut self, iops: &[u64]) -> Self {
+        self.cfg.iops = iops.to_vec();
+        self
+    }
+    pub fn shared_iops(mut self, iops: u64) -> Self {
+        self.cfg.shared_iops = Some(iops);
+        self
+    }
+    pub fn link(mut self, link: Link) -> Self {
+        self.cfg.link = link;
+        self
+    }
+    pub fn wire(self) -> Self {
+        self.link(Link::Wire)
+    }
+    pub fn mem_mib(mut self, m: u32) -> Self {
+        self.cfg.mem_mib = m;
+        self
+    }
+    pub fn smp(mut self, n: u32) -> Self {
+        self.cfg.smp = n;
+        self
+    }
+    pub fn boot_timeout(mut self, d: Duration) -> Self {
+        self.cfg.boot_timeout = d;
+        self
+    }
+    pub fn cmd_timeout(mut self, d: Duration) -> Self {
+        self.cfg.cmd_timeout = d;
+        self
+    }
+    pub fn share(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cfg.share = Some(dir.into());
+        self
+    }
+    pub fn lun_mib(mut self, m: u64) -> Self {
+        self.cfg.lun_mib = m;
+        self
+    }
+    pub fn exclusive(mut self, on: bool) -> Self {
+        self.cfg.exclusive = on;
+        self
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn boot(self) -> Result<Testbed> {
+        Testbed::boot(self.cfg)
+    }
+}
+
+/// What must exist on the host before a testbed can boot; the error names
+/// the missing piece and the fix.
+pub fn check_host(link: Link) -> Result<()> {
+    let mut need = vec![
+        "qemu-system-x86_64",
+        "apt-get",
+        "dpkg-deb",
+        "depmod",
+        "modprobe",
+        "xz",
+        "ldd",
+    ];
+    if link == Link::Wire {
+        need.extend(["qemu-storage-daemon", "ip", "tc"]);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<_> = need
+        .into_iter()
+        .filter(|b| !std::env::split_paths(&path).any(|d| d.join(b).is_file()))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the VM testbed needs {} on the host: run `cargo xtask setup`",
+            missing.join(", ")
+        );
+    }
+    if !std::path::Path::new("/bin/busybox").exists() {
+        bail!("the VM testbed needs busybox-static (/bin/busybox): run `cargo xtask setup`");
+    }
+    Ok(())
+}

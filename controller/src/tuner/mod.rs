@@ -1,0 +1,882 @@
+//! The feedback tuner of one map: a pure state machine. The daemon feeds it
+//! a [`Window`] of figures and the map's [`Health`] every tuning window; the
+//! tuner answers with at most one [`Action`] (a full [`Settings`] to apply,
+//! differing in one knob), and the daemon reports back what the kernel
+//! actually kept with [`Tuner::applied`]. Every step is logged as a
+//! [`Decision`].
+//!
+//! The search: measure a baseline, try one knob change, measure again, keep
+//! the change only when its gain is beyond the measured noise, otherwise
+//! revert; remember the best settings per workload class, so a returning
+//! workload snaps back to them.
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::mpath::Selector;
+
+pub mod settings;
+pub mod window;
+
+pub use settings::{Knob, Settings};
+pub use window::{Class, Size, Window};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Change nothing.
+    Observe,
+    /// Log what would be tried and why, change nothing.
+    Advise,
+    /// Act.
+    Tune,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "observe" => Ok(Mode::Observe),
+            "advise" => Ok(Mode::Advise),
+            "tune" => Ok(Mode::Tune),
+            _ => Err(format!("'{s}' is not a mode (observe, advise, tune)")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Config {
+    /// Windows measured before a decision, for the baseline and each trial.
+    pub windows: usize,
+    /// Windows skipped after a change, while queues drain and refill.
+    pub settle_windows: usize,
+    /// Smallest relative gain worth keeping (0.05 = 5%), whatever the noise.
+    pub min_gain: f64,
+    /// Seconds between two reloads of the same map.
+    pub reload_min_interval_s: f64,
+    /// A reload that stalled I/O longer than this stops reload-based trials
+    /// on the map for `reload_cooldown_s`.
+    pub max_stall_ms: f64,
+    pub reload_cooldown_s: f64,
+    /// Seconds without any path state change before tuning resumes.
+    pub flap_hold_s: f64,
+    /// Seconds before a rejected candidate is tried again for a class.
+    pub retry_after_s: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            windows: 3,
+            settle_windows: 1,
+            min_gain: 0.05,
+            reload_min_interval_s: 10.0,
+            max_stall_ms: 500.0,
+            reload_cooldown_s: 600.0,
+            flap_hold_s: 20.0,
+            retry_after_s: 600.0,
+        }
+    }
+}
+
+/// What the daemon knows of the map's health when it feeds a window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Health {
+    /// Paths the kernel or the checker holds failed, or being checked.
+    pub failed_paths: Vec<String>,
+    pub suspended: bool,
+    /// Queueing I/O with no valid path.
+    pub queueing_without_paths: bool,
+    /// When a path last changed state (seconds, the tuner's clock).
+    pub last_path_change: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A change was applied and is being measured.
+    Trying,
+    Kept,
+    Reverted,
+    /// advise mode: what tune mode would try.
+    Advised,
+    /// The kernel did not keep the value (read back differs).
+    Ignored,
+    /// The best known settings of a returning workload, applied at once.
+    SnapBack,
+    Paused,
+    Resumed,
+    /// A reload stalled I/O beyond the budget.
+    Budget,
+}
+
+/// One entry of the decision log.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decision {
+    /// Seconds on the tuner's clock; the daemon adds wall time.
+    pub t: f64,
+    pub map: String,
+    pub class: Option<String>,
+    pub knob: Option<Knob>,
+    pub old: String,
+    pub new: String,
+    pub before_mib_s: Option<f64>,
+    pub after_mib_s: Option<f64>,
+    pub reason: String,
+    pub outcome: Outcome,
+}
+
+/// What the tuner asks the daemon to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Action {
+    pub to: Settings,
+    pub knob: Knob,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Stats {
+    mean: f64,
+    sd: f64,
+    n: usize,
+}
+
+fn stats(v: &[f64]) -> Stats {
+    let n = v.len();
+    let mean = v.iter().sum::<f64>() / n.max(1) as f64;
+    let var = if n > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    Stats {
+        mean,
+        sd: var.sqrt(),
+        n,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Trial {
+    knob: Knob,
+    from: Settings,
+    to: Settings,
+    base: Stats,
+    reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    Baseline(Vec<f64>),
+    /// Waiting for the daemon to report the change applied.
+    Applying(Trial),
+    Settling(Trial, usize),
+    Measuring(Trial, Vec<f64>),
+    /// Settling after a revert or a snap-back, then a fresh baseline.
+    Recovering(usize),
+    Converged,
+    Paused(String),
+}
+
+/// The tuner of one map.
+pub struct Tuner {
+    map: String,
+    mode: Mode,
+    cfg: Config,
+    current: Settings,
+    /// The settings the map started with: "back to default" candidates.
+    initial: Settings,
+    available_selectors: Vec<Selector>,
+    phase: Phase,
+    class: Option<Class>,
+    /// Best known settings and their throughput, per class.
+    memory: HashMap<String, (Settings, f64)>,
+    /// (class, knob, value) -> when it was last rejected.
+    tried: HashMap<(String, Knob, String), f64>,
+    /// Knobs the kernel did not keep on this map.
+    dead: HashSet<Knob>,
+    last_reload: Option<f64>,
+    reload_blocked_until: f64,
+    user_paused: bool,
+    log: Vec<Decision>,
+    last_t: f64,
+}
+
+impl Tuner {
+    pub fn new(
+        map: &str,
+        mode: Mode,
+        cfg: Config,
+        current: Settings,
+        available_selectors: Vec<Selector>,
+    ) -> Self {
+        Tuner {
+            map: map.to_string(),
+            mode,
+            cfg,
+            initial: current.clone(),
+            current,
+            available_selectors,
+            phase: Phase::Baseline(vec![]),
+            class: None,
+            memory: HashMap::new(),
+            tried: HashMap::new(),
+            dead: HashSet::new(),
+            last_reload: None,
+            reload_blocked_until: 0.0,
+            user_paused: false,
+            log: vec![],
+            last_t: 0.0,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn set_mode(&mut self, m: Mode) {
+        self.mode = m;
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.current
+    }
+
+    pub fn class(&self) -> Option<Class> {
+        self.class
+    }
+
+    /// A short word for dashboards: tune/advise/observe/paused/trying.
+    pub fn state(&self) -> String {
+        match (&self.phase, self.user_paused, self.mode) {
+            (_, true, _) => "paused".into(),
+            (_, _, Mode::Observe) => "observe".into(),
+            (Phase::Paused(_), _, _) => "paused".into(),
+            (Phase::Applying(_) | Phase::Settling(..) | Phase::Measuring(..), _, _) => {
+                "trying".into()
+            }
+            (_, _, Mode::Advise) => "advise".into(),
+            _ => "tune".into(),
+        }
+    }
+
+    /// Decisions made since the last call.
+    pub fn drain(&mut self) -> Vec<Decision> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// The operator pauses or resumes tuning of this map.
+    pub fn set_user_paused(&mut self, paused: bool, t: f64) {
+        if self.user_paused == paused {
+            return;
+        }
+        self.user_paused = paused;
+        let (outcome, reason) = if paused {
+            (Outcome::Paused, "paused by the operator")
+        } else {
+            (Outcome::Resumed, "resumed by the operator")
+        };
+        self.note(t, None, "", "", None, None, reason.into(), outcome);
+        self.phase = Phase::Baseline(vec![]);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn note(
+        &mut self,
+        t: f64,
+        knob: Option<Knob>,
+        old: &str,
+        new: &str,
+        before: Option<f64>,
+        after: Option<f64>,
+        reason: String,
+        outcome: Outcome,
+    ) {
+        let round = |v: Option<f64>| v.map(|x| (x * 100.0).round() / 100.0);
+        self.log.push(Decision {
+            t,
+            map: self.map.clone(),
+            class: self.class.map(|c| c.key()),
+            knob,
+            old: old.into(),
+            new: new.into(),
+            before_mib_s: round(before),
+            after_mib_s: round(after),
+            reason,
+            outcome,
+        });
+    }
+
+    /// Feeds one window; returns a change to apply, if any.
+    pub fn on_window(&mut self, t: f64, w: &Window, h: &Health) -> Option<Action> {
+        self.last_t = t;
+        if self.mode == Mode::Observe || self.user_paused {
+            return None;
+        }
+        if let Some(why) = self.unsafe_reason(t, h) {
+            if !matches!(self.phase, Phase::Paused(_)) {
+                // A trial under a failing path measures the failure, not
+                // the knob: drop it and leave the settings as they are.
+                self.note(
+                    t,
+                    None,
+                    "",
+                    "",
+                    Some(w.mib_s),
+                    None,
+                    format!("paused: {why}"),
+                    Outcome::Paused,
+                );
+                self.phase = Phase::Paused(why);
+            }
+            return None;
+        }
+        if let Phase::Paused(why) = &self.phase {
+            let reason = format!("resumed: {why} is over");
+            self.note(
+                t,
+                None,
+                "",
+                "",
+                Some(w.mib_s),
+                None,
+                reason,
+                Outcome::Resumed,
+            );
+            self.phase = Phase::Baseline(vec![]);
+        }
+        let class = Class::of(w)?;
+        if self.class != Some(class) {
+            return self.class_changed(t, class, w);
+        }
+        match std::mem::replace(&mut self.phase, Phase::Converged) {
+            Phase::Baseline(mut v) => {
+                v.push(w.mib_s);
+                if v.len() < self.cfg.windows {
+                    self.phase = Phase::Baseline(v);
+                    return None;
+                }
+                let base = stats(&v);
+                self.remember(class, base.mean);
+                self.next_trial(t, class, base, w)
+            }
+            Phase::Applying(trial) => {
+                // Still waiting for the daemon's report: measure nothing.
+                self.phase = Phase::Applying(trial);
+                None
+            }
+            Phase::Settling(trial, left) => {
+                self.phase = if left > 1 {
+                    Phase::Settling(trial, left - 1)
+                } else {
+                    Phase::Measuring(trial, vec![])
+                };
+                None
+            }
+            Phase::Measuring(trial, mut v) => {
+                v.push(w.mib_s);
+                if v.len() < self.cfg.windows {
+                    self.phase = Phase::Measuring(trial, v);
+                    return None;
+                }
+                self.judge(t, class, trial, stats(&v), w)
+            }
+            Phase::Recovering(left) => {
+                self.phase = if left > 1 {
+                    Phase::Recovering(left - 1)
+                } else {
+                    Phase::Baseline(vec![])
+                };
+                None
+            }
+            Phase::Converged => {
+                self.phase = Phase::Converged;
+                // Explore again once rejected candidates may be retried.
+                if self.candidates(class, w).into_iter().next().is_some() {
+                    self.phase = Phase::Baseline(vec![]);
+                }
+                None
+            }
+            Phase::Paused(_) => unreachable!("handled above"),
+        }
+    }
+
+    fn unsafe_reason(&self, t: f64, h: &Health) -> Option<String> {
+        if h.suspended {
+            return Some("the map is suspended".into());
+        }
+        if h.queueing_without_paths {
+            return Some("the map is queueing I/O with no valid path".into());
+        }
+        if !h.failed_paths.is_empty() {
+            return Some(format!("path {} failed", h.failed_paths.join(", ")));
+        }
+        if let Some(c) = h.last_path_change
+            && t - c < self.cfg.flap_hold_s
+        {
+            return Some(format!(
+                "a path changed state {:.0} s ago (waiting {:.0} s for paths to settle)",
+                t - c,
+                self.cfg.flap_hold_s
+            ));
+        }
+        None
+    }
+
+    fn remember(&mut self, class: Class, mib_s: f64) {
+        let key = class.key();
+        match self.memory.get(&key) {
+            Some((s, _)) if *s == self.current => {
+                self.memory.insert(key, (self.current.clone(), mib_s));
+            }
+            None => {
+                self.memory.insert(key, (self.current.clone(), mib_s));
+            }
+            _ => {}
+        }
+    }
+
+    fn class_changed(&mut self, t: f64, class: Class, w: &Window) -> Option<Action> {
+        let old = self.class.replace(class);
+        // A trial cannot be judged across a workload change.
+        let abandoned = match std::mem::replace(&mut self.phase, Phase::Baseline(vec![])) {
+            Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _) => Some(tr),
+            _ => None,
+        };
+        let best = self.memory.get(&class.key()).cloned();
+        let reason = format!(
+            "workload changed{} to {}",
+            old.map(|o| format!(" from {}", o.key()))
+                .unwrap_or_default(),
+            class.key()
+        );
+        match (best, self.mode) {
+            (Some((s, mib)), Mode::Tune) if s != self.current => {
+                let knob = self
+                    .current
+                    .diff(&s)
+                    .first()
+                    .copied()
+                    .unwrap_or(Knob::Selector);
+                let changed: Vec<String> = self
+                    .current
+                    .diff(&s)
+                    .iter()
+                    .map(|k| format!("{} {} -> {}", k.name(), self.current.show(*k), s.show(*k)))
+                    .collect();
+                self.note(
+                    t,
+                    Some(knob),
+                    &self.current.show(knob),
+                    &s.show(knob),
+                    Some(w.mib_s),
+                    None,
+                    format!(
+                        "{reason}: back to its best known settings ({:.1} MiB/s): {}",
+                        mib,
+                        changed.join(", ")
+                    ),
+                    Outcome::SnapBack,
+                );
+                self.phase = Phase::Recovering(self.cfg.settle_windows + 1);
+                Some(Action { to: s, knob })
+            }
+            _ => {
+                if let Some(tr) = abandoned
+                    && self.mode == Mode::Tune
+                {
+                    // Undo the unjudged change.
+                    self.note(
+                        t,
+                        Some(tr.knob),
+                        &tr.to.show(tr.knob),
+                        &tr.from.show(tr.knob),
+                        None,
+                        Some(w.mib_s),
+                        format!("{reason} during the trial: reverted unjudged"),
+                        Outcome::Reverted,
+                    );
+                    self.phase = Phase::Recovering(self.cfg.settle_windows);
+                    return Some(Action {
+                        to: tr.from,
+                        knob: tr.knob,
+                    });
+                }
+                None
+            }
+        }
+    }
+
+    /// Candidate changes for this class from the current settings, most
+    /// promising first; each changes one knob.
+    fn candidates(&self, class: Class, w: &Window) -> Vec<(Knob, Settings, String)> {
+        let cur = &self.current;
+        let n = cur.active_paths.max(1);
+        let mut out: Vec<(Knob, Settings, String)> = vec![];
+        let mut push = |k: Knob, f: &dyn Fn(&mut Settings), why: String| {
+            let mut s = cur.clone();
+            f(&mut s);
+            if s != *cur {
+                out.push((k, s, why));
+            }
+        };
+        let total_paths = w.paths.len().max(cur.active_paths);
+        if class.size == Size::Large {
+            // Split a large request so its pieces travel down several paths
+            // at once: the piece size that gives each active path one.
+            for kb in [512u32, 256, 128] {
+                if kb < cur.max_sectors_kb {
+                    push(
+                        Knob::MaxSectorsKb,
+                        &|s| s.max_sectors_kb = kb,
+                        format!(
+                            "{:.0} KiB requests over {n} paths: split them so the pieces go down several paths at once",
+                            w.avg_bio_kib
+                        ),
+                    );
+                }
+            }
+        }
+        if class.size == Size::Small && class.sequential {
+            if cur.scheduler == "none" {
+                push(
+                    Knob::Scheduler,
+                    &|s| s.scheduler = "mq-deadline".into(),
+                    "small sequential requests can only merge at the dm queue, which needs a scheduler".into(),
+                );
+            }
+            // Fewer slots on the paths keep requests waiting at the dm
+            // queue, where they merge (DESIGN.md section 4).
+            for qd in [32u32, 8, 2, 1] {
+                if qd < cur.queue_depth {
+                    push(
+                        Knob::QueueDepth,
+                        &|s| s.queue_depth = qd,
+                        format!(
+                            "{:.1} KiB sequential requests, {:.0}% merged: fewer path slots keep them queued where they merge",
+                            w.avg_request_kib, w.merge_pct
+                        ),
+                    );
+                }
+            }
+            for k in [n / 2, 1] {
+                if k >= 1 && k < n {
+                    push(
+                        Knob::ActivePaths,
+                        &|s| s.active_paths = k,
+                        "small sequential I/O: fewer active paths, fewer slots, more merging (seed 001)".into(),
+                    );
+                }
+            }
+        }
+        let caps = w.capacities().filter(|c| c.len() == total_paths);
+        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+        for sel in &self.available_selectors {
+            // Round-robin runs every path at the slowest one's pace: not a
+            // candidate when paths differ.
+            if *sel == cur.selector || (uneven && *sel == Selector::RoundRobin) {
+                continue;
+            }
+            let why = match &caps {
+                Some(c) if uneven => format!(
+                    "paths differ {:.1}x in measured capacity: a load-aware selector",
+                    spread(c)
+                ),
+                _ => format!("try {} instead of {}", sel.name(), cur.selector.name()),
+            };
+            push(
+                Knob::Selector,
+                &|s| {
+                    s.selector = sel.clone();
+                    s.weights.clear();
+                },
+                why,
+            );
+        }
+        // service-time weighted by measured capacity: the dm analogue of
+        // NVMe's adaptive policy. From another selector this moves both.
+        if let Some(caps) = caps.as_ref().filter(|_| uneven)
+            && self.available_selectors.contains(&Selector::ServiceTime)
+        {
+            let weights = weights_from(caps);
+            if cur.selector != Selector::ServiceTime || differs_enough(&weights, &cur.weights) {
+                let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
+                push(
+                    Knob::Weights,
+                    &|s| {
+                        s.selector = Selector::ServiceTime;
+                        s.weights = weights.clone();
+                    },
+                    format!(
+                        "measured path capacity {} MiB/s: service-time weighted by it",
+                        caps_s.join("/")
+                    ),
+                );
+            }
+        }
+        // Back to where the map started, for knobs moved earlier.
+        for k in [Knob::MaxSectorsKb, Knob::QueueDepth, Knob::ActivePaths] {
+            if cur.show(k) != self.initial.show(k) {
+                push(
+                    k,
+                    &|s| *s = s.with(k, &self.initial),
+                    format!("back to the initial {}", k.name()),
+                );
+            }
+        }
+        let key = class.key();
+        out.retain(|(k, s, _)| {
+            !self.dead.contains(k)
+                && self
+                    .tried
+                    .get(&(key.clone(), *k, s.show(*k)))
+                    .is_none_or(|at| self.last_t - at >= self.cfg.retry_after_s)
+        });
+        out
+    }
+
+    fn reload_allowed(&self, t: f64) -> bool {
+        t >= self.reload_blocked_until
+            && self
+                .last_reload
+                .is_none_or(|r| t - r >= self.cfg.reload_min_interval_s)
+    }
+
+    fn next_trial(&mut self, t: f64, class: Class, base: Stats, w: &Window) -> Option<Action> {
+        let cands = self.candidates(class, w);
+        let reload_ok = self.reload_allowed(t);
+        let Some((knob, to, reason)) = cands
+            .into_iter()
+            .find(|(k, _, _)| reload_ok || !k.needs_reload())
+        else {
+            // Nothing left to try (or only reloads, not allowed yet).
+            self.phase = if reload_ok {
+                Phase::Converged
+            } else {
+                Phase::Baseline(vec![])
+            };
+            return None;
+        };
+        let (old, new) = (self.current.show(knob), to.show(knob));
+        if self.mode == Mode::Advise {
+            self.note(
+                t,
+                Some(knob),
+                &old,
+                &new,
+                Some(base.mean),
+                None,
+                reason,
+                Outcome::Advised,
+            );
+            self.tried.insert((class.key(), knob, new), t);
+            self.phase = Phase::Baseline(vec![]);
+            return None;
+        }
+        self.note(
+            t,
+            Some(knob),
+            &old,
+            &new,
+            Some(base.mean),
+            None,
+            reason.clone(),
+            Outcome::Trying,
+        );
+        self.phase = Phase::Applying(Trial {
+            knob,
+            from: self.current.clone(),
+            to: to.clone(),
+            base,
+            reason,
+        });
+        Some(Action { to, knob })
+    }
+
+    fn judge(
+        &mut self,
+        t: f64,
+        class: Class,
+        tr: Trial,
+        after: Stats,
+        _w: &Window,
+    ) -> Option<Action> {
+        let base = &tr.base;
+        // Keep only a gain beyond both the floor and twice the standard
+        // error of the difference of the two means.
+        let se = (base.sd.powi(2) / base.n.max(1) as f64
+            + after.sd.powi(2) / after.n.max(1) as f64)
+            .sqrt();
+        let gain = after.mean - base.mean;
+        let needed = (self.cfg.min_gain * base.mean).max(2.0 * se);
+        let pct = if base.mean > 0.0 {
+            gain / base.mean * 100.0
+        } else {
+            0.0
+        };
+        let (old, new) = (tr.from.show(tr.knob), tr.to.show(tr.knob));
+        if gain > needed {
+            self.note(
+                t,
+                Some(tr.knob),
+                &old,
+                &new,
+                Some(base.mean),
+                Some(after.mean),
+                format!(
+                    "{}: {pct:+.1}% (needed {:+.1}%)",
+                    tr.reason,
+                    needed / base.mean.max(1e-9) * 100.0
+                ),
+                Outcome::Kept,
+            );
+            self.memory
+                .insert(class.key(), (self.current.clone(), after.mean));
+            // The value it replaced just lost: no point going back to it.
+            self.tried.insert((class.key(), tr.knob, old), t);
+            // The trial's windows are the new baseline: go straight on.
+            self.next_trial(t, class, after, _w)
+        } else {
+            self.note(
+                t,
+                Some(tr.knob),
+                &new,
+                &old,
+                Some(base.mean),
+                Some(after.mean),
+                format!(
+                    "{}: {pct:+.1}%, not beyond noise and the {:.0}% floor (needed {:+.1}%)",
+                    tr.reason,
+                    self.cfg.min_gain * 100.0,
+                    needed / base.mean.max(1e-9) * 100.0
+                ),
+                Outcome::Reverted,
+            );
+            self.tried.insert((class.key(), tr.knob, new), t);
+            self.phase = Phase::Recovering(self.cfg.settle_windows);
+            Some(Action {
+                to: tr.from,
+                knob: tr.knob,
+            })
+        }
+    }
+
+    /// The daemon applied `requested`; `readback` is what the kernel shows
+    /// now, `stall_ms` the I/O stall of a reload.
+    pub fn applied(
+        &mut self,
+        t: f64,
+        knob: Knob,
+        requested: &Settings,
+        readback: Settings,
+        stall_ms: Option<f64>,
+    ) {
+        if knob.needs_reload() || stall_ms.is_some() {
+            self.last_reload = Some(t);
+        }
+        if let Some(ms) = stall_ms
+            && ms > self.cfg.max_stall_ms
+        {
+            self.reload_blocked_until = t + self.cfg.reload_cooldown_s;
+            self.note(
+                t,
+                Some(knob),
+                "",
+                "",
+                None,
+                None,
+                format!(
+                    "the reload stalled I/O {ms:.0} ms (budget {:.0} ms): no reloads on this map for {:.0} s",
+                    self.cfg.max_stall_ms, self.cfg.reload_cooldown_s
+                ),
+                Outcome::Budget,
+            );
+        }
+        let kept = readback.show(knob) == requested.show(knob);
+        self.current = readback;
+        if !kept {
+            self.dead.insert(knob);
+            self.note(
+                t,
+                Some(knob),
+                &requested.show(knob),
+                &self.current.show(knob),
+                None,
+                None,
+                format!(
+                    "the kernel did not keep {} = {} (reads back {}): not tuned, not tried again on this map",
+                    knob.name(),
+                    requested.show(knob),
+                    self.current.show(knob)
+                ),
+                Outcome::Ignored,
+            );
+            self.phase = Phase::Recovering(self.cfg.settle_windows);
+            return;
+        }
+        // A trial starts settling; after a revert or a snap-back the phase
+        // set when it was asked (recovering) stays.
+        if let Phase::Applying(tr) = &self.phase {
+            self.phase = Phase::Settling(tr.clone(), self.cfg.settle_windows.max(1));
+        }
+    }
+
+    /// The daemon could not apply a change (an error, not a read-back
+    /// mismatch): stay where the kernel is.
+    pub fn failed(
+        &mut self,
+        t: f64,
+        knob: Knob,
+        requested: &Settings,
+        readback: Settings,
+        error: &str,
+    ) {
+        self.current = readback;
+        self.dead.insert(knob);
+        self.note(
+            t,
+            Some(knob),
+            &self.current.show(knob),
+            &requested.show(knob),
+            None,
+            None,
+            format!("applying failed: {error}; not tried again on this map"),
+            Outcome::Ignored,
+        );
+        self.phase = Phase::Recovering(self.cfg.settle_windows);
+    }
+}
+
+/// Ratio of the largest to the smallest capacity.
+fn spread(c: &[f64]) -> f64 {
+    let max = c.iter().cloned().fold(0.0, f64::max);
+    let min = c.iter().cloned().fold(f64::INFINITY, f64::min);
+    if min > 0.0 { max / min } else { 1.0 }
+}
+
+/// service-time weights (1..100) proportional to capacity.
+pub fn weights_from(caps: &[f64]) -> Vec<u32> {
+    let max = caps.iter().cloned().fold(0.0, f64::max);
+    caps.iter()
+        .map(|c| {
+            if max > 0.0 {
+                ((c / max) * 100.0).round().clamp(1.0, 100.0) as u32
+            } else {
+                1
+            }
+        })
+        .collect()
+}
+
+/// Weights worth a reload: some path's share moves by more than 10%.
+fn differs_enough(a: &[u32], b: &[u32]) -> bool {
+    if b.is_empty() || a.len() != b.len() {
+        return true;
+    }
+    let (sa, sb) = (a.iter().sum::<u32>() as f64, b.iter().sum::<u32>() as f64);
+    a.iter()
+        .zip(b)
+        .any(|(x, y)| ((*x as f64 / sa) - (*y as f64 / sb)).abs() > 0.1 * (*y as f64 / sb))
+}
+
+#[cfg(test)]
+mod tests;

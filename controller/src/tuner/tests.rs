@@ -1,0 +1,354 @@
+//! The search against synthetic maps whose throughput is a known function of
+//! the settings: does it find the best, refuse noise, honour the kernel's
+//! read-back, snap back, pause? (The real kernel is in the VM tests.)
+use super::window::{PathFigures, window};
+use super::*;
+use crate::tuner::settings::example;
+
+/// What the kernel keeps of a requested setting, given the current one.
+type KeepFn = Box<dyn Fn(&Settings, &Settings) -> Settings>;
+
+struct Plant {
+    f: Box<dyn Fn(&Settings) -> f64>,
+    /// Relative noise amplitude.
+    noise: f64,
+    rng: u64,
+    caps: Vec<f64>,
+    keeps: KeepFn,
+    stall_ms: Option<f64>,
+}
+
+impl Plant {
+    fn new(f: impl Fn(&Settings) -> f64 + 'static, caps: Vec<f64>) -> Self {
+        Plant {
+            f: Box::new(f),
+            noise: 0.02,
+            rng: 42,
+            caps,
+            keeps: Box::new(|_, req| req.clone()),
+            stall_ms: Some(20.0),
+        }
+    }
+
+    fn rand(&mut self) -> f64 {
+        // xorshift: deterministic noise in [-1, 1].
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng % 2001) as f64 / 1000.0 - 1.0
+    }
+
+    fn window(&mut self, s: &Settings, kib: f64, seq: f64, read: f64) -> Window {
+        let mib = (self.f)(s) * (1.0 + self.noise * self.rand());
+        let mut w = window(mib, kib, seq, read);
+        // Every path busy half the time at half its capacity.
+        w.paths = self
+            .caps
+            .iter()
+            .map(|c| PathFigures {
+                mib_s: c * 0.5,
+                util: Some(0.5),
+            })
+            .collect();
+        w
+    }
+}
+
+struct Run {
+    tuner: Tuner,
+    t: f64,
+    applied: Vec<(Knob, Settings)>,
+}
+
+impl Run {
+    fn new(mode: Mode, start: Settings) -> Self {
+        let sels = vec![
+            Selector::RoundRobin,
+            Selector::QueueLength,
+            Selector::ServiceTime,
+        ];
+        Run {
+            tuner: Tuner::new("mpatha", mode, Config::default(), start, sels),
+            t: 0.0,
+            applied: vec![],
+        }
+    }
+
+    /// `n` windows of 5 s of one workload.
+    fn steps(&mut self, p: &mut Plant, n: usize, kib: f64, seq: f64, read: f64, h: &Health) {
+        for _ in 0..n {
+            self.t += 5.0;
+            let w = p.window(self.tuner.settings(), kib, seq, read);
+            if let Some(a) = self.tuner.on_window(self.t, &w, h) {
+                let rb = (p.keeps)(self.tuner.settings(), &a.to);
+                self.applied.push((a.knob, a.to.clone()));
+                self.tuner.applied(
+                    self.t,
+                    a.knob,
+                    &a.to,
+                    rb,
+                    if a.knob.needs_reload() {
+                        p.stall_ms
+                    } else {
+                        None
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// DESIGN.md's asym figures: 4 paths capped 10/20/40/80 MiB/s.
+fn asym(s: &Settings) -> f64 {
+    match (&s.selector, s.weights.as_slice()) {
+        (Selector::RoundRobin, _) => 41.8,
+        (Selector::QueueLength, _) => 129.5,
+        (Selector::ServiceTime, []) => 129.5,
+        (Selector::ServiceTime, w) if w == [13, 25, 50, 100] => 148.2,
+        (Selector::ServiceTime, _) => 135.0,
+        _ => 10.0,
+    }
+}
+
+#[test]
+fn unequal_paths_leave_round_robin_and_weight_service_time() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
+    let s = r.tuner.settings().clone();
+    assert_eq!(s.selector, Selector::ServiceTime, "{:#?}", r.tuner.drain());
+    assert_eq!(s.weights, vec![13, 25, 50, 100]);
+    let log = r.tuner.drain();
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Kept && d.knob == Some(Knob::Selector))
+    );
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Kept && d.knob == Some(Knob::Weights))
+    );
+    assert!(
+        log.iter()
+            .all(|d| d.class.as_deref() == Some("read-medium-random"))
+    );
+}
+
+#[test]
+fn a_gain_inside_the_noise_is_reverted() {
+    // 1 MiB sequential reads on 2 paths: 512 doubles, 256 and 128 add nothing.
+    let f = |s: &Settings| match s.max_sectors_kb {
+        1280 => 17.5,
+        512 => 33.7,
+        _ => 33.4,
+    };
+    let mut p = Plant::new(f, vec![20.0, 20.0]);
+    let mut r = Run::new(Mode::Tune, example(2));
+    r.steps(&mut p, 40, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    assert_eq!(r.tuner.settings().max_sectors_kb, 512, "{log:#?}");
+    let kept: Vec<_> = log.iter().filter(|d| d.outcome == Outcome::Kept).collect();
+    assert_eq!(kept.len(), 1, "{log:#?}");
+    assert_eq!(
+        (kept[0].old.as_str(), kept[0].new.as_str()),
+        ("1280", "512")
+    );
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Reverted && d.knob == Some(Knob::MaxSectorsKb)),
+        "256 is no better than 512: reverted"
+    );
+    // Every revert was applied: the last applied max_sectors_kb is 512.
+    let last = r
+        .applied
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == Knob::MaxSectorsKb)
+        .unwrap();
+    assert_eq!(last.1.max_sectors_kb, 512);
+}
+
+#[test]
+fn a_value_the_kernel_does_not_keep_is_never_reported_tuned() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    // This kernel refuses every selector change (as if the module were missing).
+    p.keeps = Box::new(|cur, req| {
+        let mut s = req.clone();
+        s.selector = cur.selector.clone();
+        s
+    });
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 30, 64.0, 0.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    assert_eq!(r.tuner.settings().selector, Selector::RoundRobin);
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Ignored && d.knob == Some(Knob::Selector))
+    );
+    assert!(
+        !log.iter()
+            .any(|d| d.outcome == Outcome::Kept && d.knob == Some(Knob::Selector))
+    );
+    let tries = log
+        .iter()
+        .filter(|d| d.outcome == Outcome::Trying && d.knob == Some(Knob::Selector))
+        .count();
+    assert_eq!(tries, 1, "a dead knob is not tried again: {log:#?}");
+}
+
+#[test]
+fn a_returning_workload_snaps_back() {
+    // Large sequential reads want small max_sectors_kb; small sequential
+    // writes want a low queue depth; each is indifferent to the other knob.
+    let f = |s: &Settings| {
+        10.0 + if s.max_sectors_kb <= 512 { 20.0 } else { 0.0 }
+            + if s.queue_depth <= 8 { 5.0 } else { 0.0 }
+    };
+    let mut p = Plant::new(f, vec![20.0, 20.0]);
+    let mut r = Run::new(Mode::Tune, example(2));
+    let h = Health::default();
+    r.steps(&mut p, 40, 1024.0, 1.0, 1.0, &h);
+    let big = r.tuner.settings().clone();
+    assert_eq!(big.max_sectors_kb, 512, "{:#?}", r.tuner.drain());
+    r.steps(&mut p, 60, 4.0, 0.9, 0.0, &h);
+    let small = r.tuner.settings().clone();
+    assert!(small.queue_depth <= 8, "{small:?}");
+    r.tuner.drain();
+    let n = r.applied.len();
+    r.steps(&mut p, 1, 1024.0, 1.0, 1.0, &h);
+    let log = r.tuner.drain();
+    assert_eq!(log[0].outcome, Outcome::SnapBack, "{log:#?}");
+    assert_eq!(r.applied.len(), n + 1);
+    assert_eq!(
+        *r.tuner.settings(),
+        big,
+        "the first workload's best settings, at once"
+    );
+}
+
+#[test]
+fn failed_paths_and_flapping_pause_the_search() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let failed = Health {
+        failed_paths: vec!["sdb".into()],
+        ..Default::default()
+    };
+    r.steps(&mut p, 10, 64.0, 0.0, 1.0, &failed);
+    assert!(r.applied.is_empty(), "no change while a path is failed");
+    assert_eq!(r.tuner.state(), "paused");
+    // The path came back 5 s ago: still paused until paths settle.
+    let recent = Health {
+        last_path_change: Some(r.t),
+        ..Default::default()
+    };
+    r.steps(&mut p, 2, 64.0, 0.0, 1.0, &recent);
+    assert!(r.applied.is_empty());
+    r.steps(
+        &mut p,
+        30,
+        64.0,
+        0.0,
+        1.0,
+        &Health {
+            last_path_change: Some(r.t - 10.0),
+            ..Default::default()
+        },
+    );
+    assert!(!r.applied.is_empty(), "resumes once paths are stable");
+    let log = r.tuner.drain();
+    assert_eq!(
+        log.iter().filter(|d| d.outcome == Outcome::Paused).count(),
+        1,
+        "one entry, not one per window"
+    );
+    assert!(log[0].reason.contains("path sdb failed"), "{log:#?}");
+    assert!(log.iter().any(|d| d.outcome == Outcome::Resumed));
+}
+
+#[test]
+fn a_trial_in_flight_when_a_path_fails_is_dropped_not_judged() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    // The first window only sets the class; three more make the baseline.
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
+    assert_eq!(r.applied.len(), 1, "a trial started");
+    r.steps(
+        &mut p,
+        5,
+        64.0,
+        0.0,
+        1.0,
+        &Health {
+            failed_paths: vec!["sda".into()],
+            ..Default::default()
+        },
+    );
+    let log = r.tuner.drain();
+    assert!(
+        !log.iter()
+            .any(|d| matches!(d.outcome, Outcome::Kept | Outcome::Reverted)),
+        "{log:#?}"
+    );
+}
+
+#[test]
+fn observe_changes_nothing_and_advise_only_logs() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Observe, example(4));
+    r.steps(&mut p, 30, 64.0, 0.0, 1.0, &Health::default());
+    assert!(r.applied.is_empty());
+    assert!(r.tuner.drain().is_empty());
+    let mut r = Run::new(Mode::Advise, example(4));
+    r.steps(&mut p, 30, 64.0, 0.0, 1.0, &Health::default());
+    assert!(r.applied.is_empty());
+    let log = r.tuner.drain();
+    assert!(!log.is_empty());
+    assert!(
+        log.iter().all(|d| d.outcome == Outcome::Advised),
+        "{log:#?}"
+    );
+    assert!(log.iter().any(|d| d.new == "service-time"));
+}
+
+#[test]
+fn a_long_stall_stops_reloads() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    p.stall_ms = Some(900.0);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 60, 64.0, 0.0, 1.0, &Health::default());
+    let reloads = r.applied.iter().filter(|(k, _)| k.needs_reload()).count();
+    assert!(
+        reloads <= 2,
+        "one trial and its revert at most: {:?}",
+        r.applied
+    );
+    let log = r.tuner.drain();
+    assert!(log.iter().any(|d| d.outcome == Outcome::Budget), "{log:#?}");
+}
+
+#[test]
+fn small_sequential_writes_lower_queue_depth() {
+    // Seed 001: merging starts once paths x queue_depth < I/Os in flight.
+    let f = |s: &Settings| match s.queue_depth {
+        128 | 32 => 1.55,
+        8 => 2.6,
+        2 => 4.4,
+        _ => 6.4,
+    };
+    let mut p = Plant::new(f, vec![1.0; 4]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 60, 4.0, 0.95, 0.0, &Health::default());
+    let qd = r.tuner.settings().queue_depth;
+    assert_eq!(qd, 1, "{:#?}", r.tuner.drain());
+}
+
+#[test]
+fn weights_follow_capacity() {
+    assert_eq!(
+        weights_from(&[10.0, 20.0, 40.0, 80.0]),
+        vec![13, 25, 50, 100]
+    );
+    assert_eq!(weights_from(&[0.1, 100.0]), vec![1, 100]);
+    assert!(!differs_enough(&[13, 25, 50, 100], &[12, 25, 50, 100]));
+    assert!(differs_enough(&[50, 100], &[100, 100]));
+}

@@ -1,0 +1,186 @@
+//! The VM testbed for integration tests.
+//!
+//! ```no_run
+//! use pathpilot_tests::vm::{Testbed, TestbedExt, boot_or_skip};
+//! fn t() -> anyhow::Result<()> {
+//!     let Some(tb) = boot_or_skip(Testbed::builder().paths(4).caps_mib(&[10.0, 20.0, 40.0, 80.0]))? else {
+//!         return Ok(()); // PATHPILOT_SKIP_VM=1 and no QEMU: already reported as SKIPPED
+//!     };
+//!     let disks = tb.disks()?;
+//!     tb.pull_path(1)?;
+//!     tb.restore_path(1)?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Tests boot one VM each; a machine-wide lock serialises them (the host
+//! has 2 cores and throughput checks need them).
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+pub use xtask::testbed::{Builder, Config, Job, Link, Output, SERIAL, Testbed, WWN, check_host};
+
+/// Set to `1` to let VM tests skip (loudly) where the testbed cannot run.
+pub const SKIP_ENV: &str = "PATHPILOT_SKIP_VM";
+
+fn skip_allowed() -> bool {
+    std::env::var(SKIP_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Boots `b`, unless the host cannot run the testbed at all (no QEMU, no
+/// kernel package) and `PATHPILOT_SKIP_VM=1`: then prints a loud SKIPPED
+/// line and returns `None`. Without that variable a missing prerequisite is
+/// an error: a VM test never passes without running.
+pub fn boot_or_skip(b: Builder) -> Result<Option<Testbed>> {
+    let pre = check_host(b.config().link)
+        .and_then(|_| xtask::testbed::image::prepare(b.config().lun_mib).map(drop));
+    if let Err(e) = pre {
+        if skip_allowed() {
+            eprintln!(
+                "\n!!!!!!!! SKIPPED (VM test): {SKIP_ENV}=1 and the testbed cannot run here: {e:#}\n"
+            );
+            return Ok(None);
+        }
+        return Err(e.context(format!(
+            "the VM testbed cannot run on this host (set {SKIP_ENV}=1 to skip VM tests loudly)"
+        )));
+    }
+    b.boot().map(Some)
+}
+
+/// Boots or returns early from the calling test (which must return
+/// `anyhow::Result<()>`) when the VM tests are skipped.
+#[macro_export]
+macro_rules! boot_or_skip {
+    ($b:expr) => {
+        match $crate::vm::boot_or_skip($b)? {
+            Some(tb) => tb,
+            None => return Ok(()),
+        }
+    };
+}
+
+/// One SCSI disk the guest sees (a path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// `sda`, ...
+    pub name: String,
+    /// `major:minor`, as dm tables name devices.
+    pub dev: String,
+    pub wwid: String,
+}
+
+/// Guest-side helpers on top of [`Testbed`].
+pub trait TestbedExt {
+    /// The SCSI disks, sorted by name.
+    fn disks(&self) -> Result<Vec<Disk>>;
+    /// Waits until exactly `n` SCSI disks exist (after a pull or restore).
+    fn wait_disks(&self, n: usize, timeout: Duration) -> Result<Vec<Disk>>;
+    /// Creates multipath map `name` over `devs` with `selector`
+    /// (round-robin, queue-length, service-time) via dmsetup.
+    fn create_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()>;
+    /// Reloads map `name` with a new path list (suspend/resume).
+    fn reload_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()>;
+    /// The kernel name of a dm map (`dm-0`): /dev/mapper/NAME is a plain
+    /// node without udev, not a symlink to find it by.
+    fn dm_name(&self, name: &str) -> Result<String>;
+    /// `dmsetup status` of a map, parsed to (dev, active) per path.
+    fn map_paths(&self, name: &str) -> Result<Vec<(String, bool)>>;
+    /// fio sequential 1 MiB O_DIRECT read bandwidth in MiB/s.
+    fn fio_read_mib(&self, dev: &str, qd: u32, secs: u32, offset_mib: u64) -> Result<f64>;
+}
+
+/// The dm-multipath table for `devs` (sectors from the first path).
+pub fn multipath_table(sectors: u64, selector: &str, devs: &[&str]) -> String {
+    let st = selector == "service-time";
+    let mut t = format!(
+        "0 {sectors} multipath 0 0 1 1 {selector} 0 {} {}",
+        devs.len(),
+        if st { 2 } else { 1 }
+    );
+    for d in devs {
+        t.push_str(&format!(" {d} 1{}", if st { " 1" } else { "" }));
+    }
+    t
+}
+
+impl TestbedExt for Testbed {
+    fn disks(&self) -> Result<Vec<Disk>> {
+        let out = self.sh("for d in /sys/block/sd*; do [ -e \"$d\" ] || continue; \
+             echo \"${d##*/} $(cat $d/dev) $(cat $d/device/wwid 2>/dev/null | tr ' ' _)\"; done")?;
+        let mut v: Vec<Disk> = out
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                Some(Disk {
+                    name: it.next()?.into(),
+                    dev: it.next()?.into(),
+                    wwid: it.next().unwrap_or_default().into(),
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| (a.name.len(), &a.name).cmp(&(b.name.len(), &b.name)));
+        Ok(v)
+    }
+
+    fn wait_disks(&self, n: usize, timeout: Duration) -> Result<Vec<Disk>> {
+        let t = std::time::Instant::now();
+        loop {
+            let d = self.disks()?;
+            if d.len() == n {
+                return Ok(d);
+            }
+            if t.elapsed() > timeout {
+                bail!("expected {n} disks within {timeout:?}, have {d:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn create_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
+        let first = devs.first().context("no paths")?;
+        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
+        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        self.sh(&format!("dmsetup create {name} --table '{t}'"))?;
+        Ok(())
+    }
+
+    fn reload_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
+        let first = devs.first().context("no paths")?;
+        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
+        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        self.sh(&format!(
+            "dmsetup load {name} --table '{t}' && dmsetup suspend {name} && dmsetup resume {name}"
+        ))?;
+        Ok(())
+    }
+
+    fn dm_name(&self, name: &str) -> Result<String> {
+        let m = self.sh(&format!("dmsetup info -c --noheadings -o minor {name}"))?;
+        Ok(format!("dm-{}", m.trim()))
+    }
+
+    fn map_paths(&self, name: &str) -> Result<Vec<(String, bool)>> {
+        let st = self.sh(&format!("dmsetup status {name}"))?;
+        // ... <dev> <A|F> <fail count> [selector args] ...: pick dev:dev A/F pairs.
+        let w: Vec<&str> = st.split_whitespace().collect();
+        Ok(w.windows(2)
+            .filter(|p| p[0].contains(':') && (p[1] == "A" || p[1] == "F"))
+            .map(|p| (p[0].to_string(), p[1] == "A"))
+            .collect())
+    }
+
+    fn fio_read_mib(&self, dev: &str, qd: u32, secs: u32, offset_mib: u64) -> Result<f64> {
+        let out = self.sh(&format!(
+            "fio --name=r --filename={dev} --rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth={qd} \
+             --offset={offset_mib}M --size=256M --runtime={secs} --time_based --output-format=terse \
+             --terse-version=3 2>&1"
+        ))?;
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("3;"))
+            .with_context(|| format!("no fio terse line: {out}"))?;
+        let kib: f64 = line.split(';').nth(6).context("short fio line")?.parse()?;
+        Ok(kib / 1024.0)
+    }
+}

@@ -1,0 +1,798 @@
+//! The running VM: QEMU, the command agent and QMP.
+//!
+//! The guest stays up while a test talks to it. Commands travel over a
+//! virtio-serial port (not the console, which carries kernel messages and
+//! is kept as a log): the host listens on a unix socket that QEMU connects
+//! to at startup, so the channel exists before the guest boots and no
+//! polling for a socket file is needed. QMP is connected the same way.
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::image::{self, Images, Lock};
+use super::qmp::Qmp;
+use super::wire::{self, Wire};
+use super::{Builder, Config, Link, SERIAL, WWN, base64};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The result of one guest command.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Host-side round trip, including the agent's overhead.
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.code == 0
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// A guest command started in the background by [`Testbed::spawn`].
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: u64,
+    pub pid: u32,
+}
+
+/// Reads one `\n`-terminated line (without the `\n`) before `deadline`.
+/// Returns `Ok(false)` on timeout; `alive` runs between short waits so a
+/// dead QEMU is reported at once rather than at the deadline.
+pub(crate) fn read_line_until(
+    r: &mut BufReader<UnixStream>,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> Result<bool> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        let slice = (deadline - now).clamp(Duration::from_millis(1), Duration::from_millis(250));
+        r.get_ref().set_read_timeout(Some(slice))?;
+        match r.read_until(b'\n', buf) {
+            Ok(_) if buf.last() == Some(&b'\n') => {
+                buf.pop();
+                return Ok(true);
+            }
+            Ok(_) => bail!("the VM closed the channel"),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                alive()?
+            }
+            Err(e) => return Err(e).context("reading from the VM"),
+        }
+    }
+}
+
+struct Agent {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+    next_id: u64,
+}
+
+/// A booted VM. Dropping it powers the guest off (killing QEMU if it does
+/// not exit) and removes the wire namespaces, also when a test panics.
+///
+/// Keep it on the thread that booted it (e.g. not in a `static` shared by
+/// tests): QEMU is tied to that thread's lifetime so that a killed test
+/// process cannot leave it running.
+pub struct Testbed {
+    cfg: Config,
+    images: Images,
+    run_dir: PathBuf,
+    sock_dir: PathBuf,
+    qemu: Mutex<Option<Child>>,
+    agent: Mutex<Option<Agent>>,
+    qmp: Mutex<Option<Qmp>>,
+    wire: Option<Wire>,
+    /// Current caps per path: (MiB/s, IOPS), 0 = none.
+    caps: Mutex<Vec<(f64, u64)>>,
+    boot_time: Duration,
+    /// Set when something failed, so Drop prints the console tail.
+    failed: AtomicBool,
+    jobs: AtomicU64,
+    _lock: Option<Lock>,
+}
+
+fn host_tsc_khz() -> Result<u64> {
+    let info = fs::read_to_string("/proc/cpuinfo")?;
+    let mhz: f64 = info
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cpu MHz")?
+                .split(':')
+                .nth(1)?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .context("no `cpu MHz` in /proc/cpuinfo")?;
+    Ok((mhz * 1000.0) as u64)
+}
+
+fn accept_until(
+    l: &UnixListener,
+    what: &str,
+    deadline: Instant,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> Result<UnixStream> {
+    l.set_nonblocking(true)?;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                alive()?;
+                if Instant::now() > deadline {
+                    bail!("QEMU did not connect the {what} socket");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Deletes run directories (console logs) older than two days.
+fn prune_runs(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|a| a > Duration::from_secs(2 * 86400));
+        if old {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+impl Testbed {
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Builds images as needed, boots, and waits for the guest agent.
+    pub fn boot(cfg: Config) -> Result<Testbed> {
+        cfg.validate()?;
+        super::check_host(cfg.link)?;
+        let images = image::prepare(cfg.lun_mib)?;
+        wire::sweep_stale();
+        let lock = if cfg.exclusive {
+            Some(Lock::take(
+                &image::testbed_dir().join("vm.lock"),
+                "another testbed VM to finish",
+            )?)
+        } else {
+            None
+        };
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let stamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)?
+            .as_secs();
+        let runs = image::testbed_dir().join("runs");
+        prune_runs(&runs);
+        let run_dir = runs.join(format!("{stamp}-{pid}-{seq}"));
+        fs::create_dir_all(&run_dir)?;
+        // Unix socket paths are limited to 108 bytes; /tmp keeps them short.
+        let sock_dir = std::env::temp_dir().join(format!("pp-tb-{pid}-{seq}"));
+        let _ = fs::remove_dir_all(&sock_dir);
+        fs::create_dir_all(&sock_dir)?;
+        let n = cfg.n_paths();
+        let caps = (0..n).map(|i| (cfg.cap_mib(i), cfg.iops_of(i))).collect();
+        let mut tb = Testbed {
+            cfg,
+            images,
+            run_dir,
+            sock_dir,
+            qemu: Mutex::new(None),
+            agent: Mutex::new(None),
+            qmp: Mutex::new(None),
+            wire: None,
+            caps: Mutex::new(caps),
+            boot_time: Duration::ZERO,
+            failed: AtomicBool::new(false),
+            jobs: AtomicU64::new(0),
+            _lock: lock,
+        };
+        // Any error from here on drops `tb`, which cleans up.
+        match tb.start() {
+            Ok(()) => Ok(tb),
+            Err(e) => {
+                tb.failed.store(true, Ordering::SeqCst);
+                Err(e.context(format!("testbed boot failed{}", tb.console_tail_msg(40))))
+            }
+        }
+    }
+
+    fn qemu_args(&self) -> Result<Vec<String>> {
+        let c = &self.cfg;
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |v: &[&str]| a.extend(v.iter().map(|s| s.to_string()));
+        push(&[
+            "-nodefaults",
+            "-no-user-config",
+            "-machine",
+            "microvm,rtc=on",
+            "-accel",
+            "tcg,thread=multi",
+            "-cpu",
+            "max",
+        ]);
+        push(&[
+            "-smp",
+            &c.smp.to_string(),
+            "-m",
+            &c.mem_mib.to_string(),
+            "-display",
+            "none",
+            "-no-reboot",
+        ]);
+        push(&[
+            "-kernel",
+            &self.images.vmlinux.to_string_lossy(),
+            "-initrd",
+            &self.images.initrd.to_string_lossy(),
+        ]);
+        // microvm has no PIT/HPET calibration under TCG: without the TSC
+        // rate the kernel hangs; TCG's guest TSC runs at the host's rate.
+        let mut append = format!(
+            "console=ttyS0 panic=-1 quiet loglevel=4 mitigations=off nokaslr tsc=reliable no_timer_check \
+             scsi_mod.scan=sync cryptomgr.notests initcall_blacklist=crypto_kdf108_init \
+             i8042.noaux i8042.nokbd i8042.nopnp i8042.dumbkbd=1 tsc_early_khz={}",
+            host_tsc_khz()?
+        );
+        // For boot debugging, e.g. PATHPILOT_VM_APPEND="loglevel=7 pp.debug=1".
+        if let Ok(extra) = std::env::var("PATHPILOT_VM_APPEND") {
+            append.push(' ');
+            append.push_str(&extra);
+        }
+        if c.interactive {
+            append.push_str(" pp.shell=1");
+            push(&["-serial", "mon:stdio"]);
+        } else {
+            let log = self.run_dir.join("console.log");
+            push(&["-serial", &format!("file:{}", log.display())]);
+            let agent = self.sock_dir.join("agent.sock");
+            let qmp = self.sock_dir.join("qmp.sock");
+            push(&[
+                "-chardev",
+                &format!("socket,id=agent,path={}", agent.display()),
+            ]);
+            push(&[
+                "-device",
+                "virtio-serial-device,max_ports=2",
+                "-device",
+                "virtserialport,chardev=agent,name=pp.agent",
+            ]);
+            push(&["-chardev", &format!("socket,id=qmp,path={}", qmp.display())]);
+            push(&["-mon", "chardev=qmp,mode=control"]);
+        }
+        if let Some(s) = &c.share {
+            append.push_str(" pp.share=1");
+            let s = s.canonicalize()?;
+            push(&[
+                "-fsdev",
+                &format!("local,id=fs0,path={},security_model=none", s.display()),
+            ]);
+            push(&["-device", "virtio-9p-device,fsdev=fs0,mount_tag=share"]);
+        }
+        push(&["-append", &append]);
+        if let Some(iops) = c.shared_iops {
+            push(&[
+                "-object",
+                &format!("throttle-group,id=tgs,x-iops-total={iops}"),
+            ]);
+        }
+        for i in 0..c.n_paths() {
+            match c.link {
+                Link::Throttle => push(&[
+                    "-blockdev",
+                    &format!(
+                        "driver=file,node-name=f{i},filename={},locking=off,cache.direct=on,aio=threads",
+                        self.images.lun.display()
+                    ),
+                ]),
+                Link::Wire => push(&[
+                    "-blockdev",
+                    &format!(
+                        "driver=nbd,node-name=f{i},server.type=inet,server.host={},server.port={},export=lun",
+                        Wire::server_addr(i),
+                        wire::NBD_PORT
+                    ),
+                ]),
+            }
+            // Every path gets its own throttle group, even uncapped, so its
+            // caps can be changed live.
+            let mut tg = format!("throttle-group,id=tg{i}");
+            let bps = if c.link == Link::Throttle {
+                (c.cap_mib(i) * 1048576.0) as u64
+            } else {
+                0
+            };
+            if bps > 0 {
+                tg.push_str(&format!(",x-bps-total={bps}"));
+            }
+            if c.iops_of(i) > 0 {
+                tg.push_str(&format!(",x-iops-total={}", c.iops_of(i)));
+            }
+            push(&["-object", &tg]);
+            push(&[
+                "-blockdev",
+                &format!("driver=throttle,node-name=t{i},throttle-group=tg{i},file=f{i}"),
+            ]);
+            if c.shared_iops.is_some() {
+                push(&[
+                    "-blockdev",
+                    &format!("driver=throttle,node-name=s{i},throttle-group=tgs,file=t{i}"),
+                ]);
+            }
+            push(&["-device", &format!("virtio-scsi-device,id=scsi{i}")]);
+            push(&["-device", &self.scsi_hd(i).1]);
+        }
+        Ok(a)
+    }
+
+    /// The block node a path's disk sits on, and the `-device` string of
+    /// that disk: every path is the same LUN (WWN and serial).
+    fn scsi_hd(&self, i: usize) -> (String, String) {
+        let top = if self.cfg.shared_iops.is_some() {
+            format!("s{i}")
+        } else {
+            format!("t{i}")
+        };
+        let dev = format!(
+            "scsi-hd,id=hd{i},bus=scsi{i}.0,drive={top},wwn={WWN:#x},serial={SERIAL},share-rw=on"
+        );
+        (top, dev)
+    }
+
+    fn spawn_qemu(&self, args: &[String]) -> Result<Child> {
+        let mut cmd = match &self.wire {
+            Some(w) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &w.client_ns, "qemu-system-x86_64"]);
+                c
+            }
+            None => Command::new("qemu-system-x86_64"),
+        };
+        cmd.args(args);
+        die_with_parent(&mut cmd);
+        if !self.cfg.interactive {
+            let log = fs::File::create(self.run_dir.join("qemu.log"))?;
+            cmd.stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+        }
+        fs::write(self.run_dir.join("qemu.cmdline"), format!("{cmd:?}\n"))?;
+        cmd.spawn().context("cannot start qemu-system-x86_64")
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        if self.cfg.link == Link::Wire {
+            let rates: Vec<u64> = (0..self.cfg.n_paths())
+                .map(|i| wire::kbit_for_mib(self.cfg.cap_mib(i)))
+                .collect();
+            self.wire = Some(Wire::create(&rates, &self.images.lun, &self.run_dir)?);
+            eprintln!(
+                "testbed: wire namespaces up in {:.2} s",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        let args = self.qemu_args()?;
+        if self.cfg.interactive {
+            *self.qemu.lock().unwrap() = Some(self.spawn_qemu(&args)?);
+            return Ok(());
+        }
+        let agent_l = UnixListener::bind(self.sock_dir.join("agent.sock"))?;
+        let qmp_l = UnixListener::bind(self.sock_dir.join("qmp.sock"))?;
+        let t_qemu = Instant::now();
+        *self.qemu.lock().unwrap() = Some(self.spawn_qemu(&args)?);
+        let deadline = t_qemu + self.cfg.boot_timeout;
+        let agent_s = accept_until(&agent_l, "agent", deadline, &mut || self.check_alive())?;
+        let qmp_s = accept_until(&qmp_l, "QMP", deadline, &mut || self.check_alive())?;
+        *self.qmp.lock().unwrap() = Some(Qmp::handshake(qmp_s)?);
+        let mut agent = Agent {
+            r: BufReader::new(agent_s.try_clone()?),
+            w: agent_s,
+            next_id: 1,
+        };
+        writeln!(agent.w, "HELLO")?;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if !read_line_until(&mut agent.r, &mut line, deadline, &mut || {
+                self.check_alive()
+            })? {
+                bail!(
+                    "the guest agent did not answer within {:?}",
+                    self.cfg.boot_timeout
+                );
+            }
+            if let Some(up) = line.strip_prefix(b"@@READY ") {
+                self.boot_time = t_qemu.elapsed();
+                eprintln!(
+                    "testbed: booted in {:.2} s (guest uptime {} s), {} path(s), link {:?}, console {}",
+                    self.boot_time.as_secs_f64(),
+                    String::from_utf8_lossy(up),
+                    self.cfg.n_paths(),
+                    self.cfg.link,
+                    self.console_path().display()
+                );
+                break;
+            }
+        }
+        *self.agent.lock().unwrap() = Some(agent);
+        Ok(())
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        let mut q = self.qemu.lock().unwrap();
+        if let Some(c) = q.as_mut()
+            && let Some(st) = c.try_wait()?
+        {
+            q.take();
+            let log = fs::read_to_string(self.run_dir.join("qemu.log")).unwrap_or_default();
+            bail!("QEMU exited ({st}): {}", log.trim());
+        }
+        Ok(())
+    }
+
+    /// Time from starting QEMU to the guest agent answering.
+    pub fn boot_time(&self) -> Duration {
+        self.boot_time
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn images(&self) -> &Images {
+        &self.images
+    }
+    /// Where this run's logs are kept (console.log, qemu.log, qemu.cmdline).
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+    pub fn console_path(&self) -> PathBuf {
+        self.run_dir.join("console.log")
+    }
+    pub fn console_log(&self) -> String {
+        fs::read_to_string(self.console_path()).unwrap_or_default()
+    }
+    /// The last `n` console lines.
+    pub fn console_tail(&self, n: usize) -> String {
+        let log = self.console_log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+    fn console_tail_msg(&self, n: usize) -> String {
+        format!(
+            "\n--- console ({}), last {n} lines:\n{}\n---",
+            self.console_path().display(),
+            self.console_tail(n)
+        )
+    }
+
+    /// Runs `script` with the guest's `sh` under the default timeout;
+    /// any exit code is `Ok`.
+    pub fn run(&self, script: &str) -> Result<Output> {
+        self.run_timeout(script, self.cfg.cmd_timeout)
+    }
+
+    /// As [`Self::run`] with an explicit timeout. The guest kills the
+    /// command at the timeout (the VM stays usable); if the guest itself
+    /// stops answering, the testbed is marked failed.
+    pub fn run_timeout(&self, script: &str, timeout: Duration) -> Result<Output> {
+        let o = self
+            .exec(script, timeout)
+            .inspect_err(|_| self.failed.store(true, Ordering::SeqCst));
+        let o = o.with_context(|| format!("guest command failed: {}", short(script)))?;
+        // busybox timeout -s KILL: the shell dies with 128+9. The VM is
+        // fine, so this is not a testbed failure.
+        if o.code == 137 && o.elapsed >= timeout {
+            bail!(
+                "guest command timed out after {timeout:?}: {}\nstdout:\n{}\nstderr:\n{}",
+                short(script),
+                o.stdout_str().trim_end(),
+                o.stderr_str().trim_end()
+            );
+        }
+        Ok(o)
+    }
+
+    fn exec(&self, script: &str, timeout: Duration) -> Result<Output> {
+        let mut guard = self.agent.lock().unwrap();
+        let a = guard
+            .as_mut()
+            .context("the testbed has no agent (interactive, or powered off)")?;
+        let id = a.next_id;
+        a.next_id += 1;
+        let secs = timeout.as_secs().max(1);
+        let t = Instant::now();
+        writeln!(a.w, "C {id} {secs} {}", base64::encode(script.as_bytes()))
+            .context("the agent channel is closed")?;
+        let deadline = t + Duration::from_secs(secs + 15);
+        let (mut code, mut out, mut err) = (None, Vec::new(), Vec::new());
+        let mut section = 0u8;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if !read_line_until(&mut a.r, &mut line, deadline, &mut || self.check_alive())? {
+                bail!(
+                    "the guest did not answer within {secs} s + 15 s{}",
+                    self.console_tail_msg(20)
+                );
+            }
+            if let Some(rest) = line.strip_prefix(b"@@R ") {
+                let s = String::from_utf8_lossy(rest);
+                let mut it = s.split_whitespace();
+                if it.next() != Some(&id.to_string()) {
+                    continue; // a stale reply to a command that timed out
+                }
+                code = it.next().and_then(|c| c.parse::<i32>().ok());
+                section = 0;
+            } else if code.is_none() {
+                continue;
+            } else if line == b"@@O" {
+                section = 1;
+            } else if line == b"@@E" {
+                section = 2;
+            } else if line.starts_with(b"@@Z ") {
+                break;
+            } else if section == 1 {
+                out.extend_from_slice(&line);
+            } else if section == 2 {
+                err.extend_from_slice(&line);
+            }
+        }
+        let o = Output {
+            code: code.unwrap_or(-1),
+            stdout: base64::decode(&out)?,
+            stderr: base64::decode(&err)?,
+            elapsed: t.elapsed(),
+        };
+        Ok(o)
+    }
+
+    /// Runs `script`; a non-zero exit is an error carrying both outputs.
+    /// Returns stdout.
+    pub fn sh(&self, script: &str) -> Result<String> {
+        let o = self.run(script)?;
+        if !o.success() {
+            self.failed.store(true, Ordering::SeqCst);
+            bail!(
+                "guest command exited {}: {}\nstdout:\n{}\nstderr:\n{}",
+                o.code,
+                short(script),
+                o.stdout_str().trim_end(),
+                o.stderr_str().trim_end()
+            );
+        }
+        Ok(o.stdout_str())
+    }
+
+    /// Starts `script` in the background in the guest (e.g. a reader that
+    /// must keep running while the host pulls a path).
+    pub fn spawn(&self, script: &str) -> Result<Job> {
+        let id = self.jobs.fetch_add(1, Ordering::SeqCst);
+        let f = format!("/tmp/.pp/job{id}");
+        let cmd = format!(
+            "echo {} | base64 -d > {f}.sh\n(sh {f}.sh > {f}.out 2> {f}.err; echo $? > {f}.rc.tmp; mv {f}.rc.tmp {f}.rc) </dev/null >/dev/null 2>&1 &\necho $!",
+            base64::encode(script.as_bytes())
+        );
+        let pid = self.sh(&cmd)?.trim().parse().context("spawn: no pid")?;
+        Ok(Job { id, pid })
+    }
+
+    /// Waits for a background job and returns its output.
+    pub fn wait_job(&self, job: &Job, timeout: Duration) -> Result<Output> {
+        let f = format!("/tmp/.pp/job{}", job.id);
+        let script = format!(
+            "while [ ! -f {f}.rc ]; do sleep 0.1; done; cat {f}.out; cat {f}.err >&2; exit $(cat {f}.rc)"
+        );
+        self.run_timeout(&script, timeout)
+    }
+
+    /// Runs a raw QMP command.
+    pub fn qmp(&self, cmd: &str, args: Value) -> Result<Value> {
+        let mut g = self.qmp.lock().unwrap();
+        g.as_mut().context("no QMP connection")?.execute(cmd, args)
+    }
+
+    fn check_path(&self, i: usize) -> Result<()> {
+        if i >= self.cfg.n_paths() {
+            bail!(
+                "no path {i}: the testbed has {} paths (0-based)",
+                self.cfg.n_paths()
+            );
+        }
+        Ok(())
+    }
+
+    /// Cable pull: removes path `i`'s SCSI disk (in-flight commands abort,
+    /// dm fails the path). The backing node survives for [`Self::restore_path`].
+    pub fn pull_path(&self, i: usize) -> Result<Duration> {
+        self.check_path(i)?;
+        let t = Instant::now();
+        let mut g = self.qmp.lock().unwrap();
+        let q = g.as_mut().context("no QMP connection")?;
+        let id = format!("hd{i}");
+        q.execute("device_del", json!({"id": id}))?;
+        q.wait_event(
+            "DEVICE_DELETED",
+            |d| d["device"] == id.as_str(),
+            Duration::from_secs(20),
+        )
+        .with_context(|| format!("pull path {i}"))?;
+        Ok(t.elapsed())
+    }
+
+    /// Plugs path `i`'s disk back in. The guest sees a new disk (new name
+    /// and dev_t, same WWID): a map must be reloaded to use it.
+    pub fn restore_path(&self, i: usize) -> Result<Duration> {
+        self.check_path(i)?;
+        let t = Instant::now();
+        let (top, _) = self.scsi_hd(i);
+        self.qmp(
+            "device_add",
+            json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
+                   "wwn": WWN, "serial": SERIAL, "share-rw": true}),
+        )
+        .with_context(|| format!("restore path {i}"))?;
+        Ok(t.elapsed())
+    }
+
+    /// Changes path `i`'s caps live (MiB/s, IOPS; 0 = none). With the wire
+    /// model the bandwidth is the link's tbf rate.
+    pub fn set_caps(&self, i: usize, mib: f64, iops: u64) -> Result<()> {
+        self.check_path(i)?;
+        let bps = match &self.wire {
+            Some(w) => {
+                w.set_rate(i, wire::kbit_for_mib(mib))?;
+                0
+            }
+            None => (mib * 1048576.0) as u64,
+        };
+        self.qmp(
+            "qom-set",
+            json!({"path": format!("tg{i}"), "property": "limits", "value": {"bps-total": bps, "iops-total": iops}}),
+        )?;
+        self.caps.lock().unwrap()[i] = (mib, iops);
+        Ok(())
+    }
+
+    /// Current caps of every path: (MiB/s, IOPS), 0 = none.
+    pub fn caps(&self) -> Vec<(f64, u64)> {
+        self.caps.lock().unwrap().clone()
+    }
+
+    /// The wire fabric, for link-level actions (`set_link`).
+    pub fn wire(&self) -> Option<&Wire> {
+        self.wire.as_ref()
+    }
+
+    /// Powers the guest off and returns how long it took.
+    pub fn power_off(self) -> Result<Duration> {
+        let t = Instant::now();
+        let st = self.shutdown();
+        st.map(|_| t.elapsed())
+    }
+
+    /// Waits for an interactive session (console on stdio) to end.
+    pub fn wait(&self) -> Result<ExitStatus> {
+        let mut q = self.qemu.lock().unwrap();
+        let c = q.as_mut().context("QEMU is not running")?;
+        let st = c.wait()?;
+        q.take();
+        Ok(st)
+    }
+
+    /// Asks the agent to power off; QMP `quit` if the guest does not go
+    /// within 5 s; SIGKILL as a last resort.
+    fn shutdown(&self) -> Result<Option<ExitStatus>> {
+        let mut q = self.qemu.lock().unwrap();
+        let Some(mut child) = q.take() else {
+            return Ok(None);
+        };
+        if let Some(mut a) = self.agent.lock().unwrap().take() {
+            let _ = writeln!(a.w, "OFF");
+        }
+        let wait = |child: &mut Child, d: Duration| -> Option<ExitStatus> {
+            let t = Instant::now();
+            while t.elapsed() < d {
+                if let Ok(Some(st)) = child.try_wait() {
+                    return Some(st);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None
+        };
+        if let Some(st) = wait(&mut child, Duration::from_secs(5)) {
+            return Ok(Some(st));
+        }
+        eprintln!("testbed: guest did not power off in 5 s; QMP quit");
+        if let Some(qm) = self.qmp.lock().unwrap().as_mut() {
+            let _ = qm.execute("quit", json!({}));
+        }
+        if let Some(st) = wait(&mut child, Duration::from_secs(3)) {
+            return Ok(Some(st));
+        }
+        eprintln!("testbed: killing QEMU");
+        let _ = child.kill();
+        let st = child.wait()?;
+        bail!("QEMU had to be killed ({st})")
+    }
+}
+
+/// Has the kernel SIGKILL the child when the thread that spawned it exits,
+/// so a test process killed before Drop runs (timeout, SIGKILL) leaves no
+/// QEMU behind. Hence a [`Testbed`] must live on the thread that booted it.
+pub(crate) fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn short(script: &str) -> String {
+    let s = script.trim();
+    if s.len() > 200 {
+        format!("{}...", &s[..s.floor_char_boundary(200)])
+    } else {
+        s.to_string()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if std::thread::panicking() || self.failed.load(Ordering::SeqCst) {
+            eprintln!(
+                "testbed: run dir {} kept{}",
+                self.run_dir.display(),
+                self.console_tail_msg(40)
+            );
+        }
+        if let Err(e) = self.shutdown() {
+            eprintln!("testbed: {e:#}");
+        }
+        // QEMU is gone: now the namespaces can go.
+        self.wire.take();
+        let _ = fs::remove_dir_all(&self.sock_dir);
+    }
+}
