@@ -3,6 +3,10 @@
 use std::{env, path::PathBuf};
 
 fn main() {
+    // aya-build watches the program crate; the shared types it compiles in
+    // are a separate crate and must trigger a rebuild too.
+    println!("cargo:rerun-if-changed=../ebpf/common/src");
+    println!("cargo:rerun-if-changed=../ebpf/common/Cargo.toml");
     ensure_bpf_linker();
     let pkg = aya_build::Package {
         name: "pathpilot-ebpf",

@@ -1,6 +1,10 @@
 //! pathpilot: a controller for Linux dm-multipath.
 pub mod blockdev;
 pub mod cli;
+pub mod daemon;
+pub mod discovery;
+pub mod dm;
 pub mod mpath;
 pub mod observer;
+pub mod sysfs_knobs;
 pub mod tuner;

@@ -158,3 +158,41 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+#[test]
+fn daemon_bad_config_names_key_and_line() {
+    let dir = std::env::temp_dir().join(format!("pp-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "mode = \"tune\"\n[checker]\ninterval_sec = 2\n").unwrap();
+    let out = Command::new(pathpilot_bin())
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("interval_sec"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "[maps]\nselector = \"fastest\"\n").unwrap();
+    let out = Command::new(pathpilot_bin())
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2: selector: unknown selector 'fastest'"),
+        "{err}"
+    );
+    let out = Command::new(pathpilot_bin())
+        .args(["daemon", "--config", "/nonexistent/pathpilot.toml"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/pathpilot.toml"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -32,6 +32,8 @@ pub fn run_tests(args: Args) -> Result<()> {
                 "clippy",
                 "--release",
                 "--workspace",
+                "--exclude",
+                EBPF,
                 "--all-targets",
                 "--",
                 "-D",

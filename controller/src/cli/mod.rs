@@ -4,18 +4,31 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::{blockdev::ResolveError, observer::ObserveError};
+use crate::{
+    blockdev::ResolveError, dm::DmError, mpath::ModelError, observer::ObserveError,
+    sysfs_knobs::KnobError,
+};
 
+pub mod create;
+pub mod ctl;
+pub mod daemon;
+pub mod list;
+pub mod log;
+pub mod path;
+pub mod reload;
+pub mod remove;
+pub mod set;
 pub mod signals;
 pub mod stat;
 pub mod top;
+pub mod top_daemon;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "pathpilot",
     version,
     about = "A controller for Linux dm-multipath: builds maps, observes every path with eBPF, retunes online",
-    after_help = "Exit status: 0 ok, 1 failure, 2 usage error, 3 not found, 4 refused by the kernel, 5 needs root."
+    after_help = "Exit status: 0 ok, 1 failure, 2 usage error, 3 not found, 4 refused by the kernel, 5 needs root, 6 no daemon running."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -30,6 +43,27 @@ pub enum Command {
     /// Live dashboard of the maps and their paths (from the daemon, or a
     /// read-only observer of its own).
     Top(top::Args),
+    /// Multipath maps and their paths, in the shape of `multipath -ll`.
+    List(list::Args),
+    /// Create maps from discovered paths (one per WWID).
+    Create(create::Args),
+    /// Change a map's table online (selector, weights, groups, paths) and
+    /// report what the kernel applied and the stall.
+    Reload(reload::Args),
+    /// Set block-layer knobs of a map or a path, read back.
+    Set(set::Args),
+    /// Fail or reinstate a path by message (no reload).
+    Path(path::Args),
+    /// Remove a map nothing holds open.
+    Remove(remove::Args),
+    /// The controller: owns the maps, checks every path, tunes each map
+    /// online, serves the control socket and the metrics.
+    Daemon(daemon::Args),
+    /// Send one raw request to the daemon's control socket and print the
+    /// JSON response (see the README's "Control socket").
+    Ctl(ctl::Args),
+    /// The tuner's decisions, from the daemon (`--follow` to keep watching).
+    Log(log::Args),
 }
 
 /// Exit statuses, documented in `--help` and the README.
@@ -39,16 +73,37 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 3;
     pub const KERNEL: u8 = 4;
     pub const NOT_ROOT: u8 = 5;
+    /// A command that needs the daemon found none on its socket.
+    pub const NO_DAEMON: u8 = 6;
 }
 
 /// The exit status for an error, from the most specific cause in its chain.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
+        if let Some(r) = cause.downcast_ref::<ctl::Refused>() {
+            use crate::daemon::protocol::ErrorCode as C;
+            return match r.code {
+                C::BadRequest => exit::USAGE,
+                C::Forbidden => exit::NOT_ROOT,
+                C::NotFound => exit::NOT_FOUND,
+                C::Kernel => exit::KERNEL,
+                C::Unavailable => exit::FAILURE,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<crate::daemon::client::ClientError>() {
+            return client_exit_code(e);
+        }
         if let Some(e) = cause.downcast_ref::<ResolveError>() {
             return match e {
                 ResolveError::NotFound(_) => exit::NOT_FOUND,
                 ResolveError::NotBlock(_) => exit::USAGE,
             };
+        }
+        if cause
+            .downcast_ref::<crate::daemon::run::NotRoot>()
+            .is_some()
+        {
+            return exit::NOT_ROOT;
         }
         if let Some(e) = cause.downcast_ref::<ObserveError>() {
             return match e {
@@ -59,14 +114,62 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<UsageError>().is_some() {
             return exit::USAGE;
         }
+        if cause.downcast_ref::<NotFoundError>().is_some() {
+            return exit::NOT_FOUND;
+        }
+        if cause.downcast_ref::<ModelError>().is_some() {
+            return exit::USAGE;
+        }
+        if let Some(e) = cause.downcast_ref::<DmError>() {
+            return match e {
+                DmError::NotRoot(_) => exit::NOT_ROOT,
+                DmError::NoSuchMap(_) => exit::NOT_FOUND,
+                DmError::BadName(_) | DmError::NotMultipath { .. } => exit::USAGE,
+                DmError::Kernel { .. } | DmError::ResumeFailed { .. } | DmError::InUse { .. } => {
+                    exit::KERNEL
+                }
+                _ => exit::FAILURE,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<KnobError>() {
+            return match e {
+                KnobError::NotRoot { .. } => exit::NOT_ROOT,
+                KnobError::Missing { .. } => exit::NOT_FOUND,
+                KnobError::UnknownScheduler { .. } => exit::USAGE,
+                KnobError::Refused { .. } => exit::KERNEL,
+            };
+        }
     }
     exit::FAILURE
+}
+
+/// A daemon client's failure: its own (no daemon, socket permission) or
+/// the daemon's answer, by error code.
+fn client_exit_code(e: &crate::daemon::client::ClientError) -> u8 {
+    use crate::daemon::{client::ClientError, protocol::ErrorCode};
+    match e {
+        ClientError::NoDaemon { .. } => exit::NO_DAEMON,
+        ClientError::PermissionDenied { .. } => exit::NOT_ROOT,
+        ClientError::Refused { code, .. } => match code {
+            ErrorCode::BadRequest => exit::USAGE,
+            ErrorCode::Forbidden => exit::NOT_ROOT,
+            ErrorCode::NotFound => exit::NOT_FOUND,
+            ErrorCode::Kernel => exit::KERNEL,
+            ErrorCode::Unavailable => exit::FAILURE,
+        },
+        _ => exit::FAILURE,
+    }
 }
 
 /// A value the user gave that makes no sense (beyond what clap checks).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// Something the user named does not exist (a LUN, a path of a map).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotFoundError(pub String);
 
 /// Parses `500ms`, `1s`, `1.5s`, `2m` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -117,5 +220,19 @@ mod tests {
             exit::NOT_ROOT
         );
         assert_eq!(exit_code(&anyhow::anyhow!("boom")), exit::FAILURE);
+        let e = anyhow::Error::new(DmError::NoSuchMap("mpathz".into())).context("reload");
+        assert_eq!(exit_code(&e), exit::NOT_FOUND);
+        let e = anyhow::Error::new(DmError::NotRoot("DM_TABLE_LOAD".into()));
+        assert_eq!(exit_code(&e), exit::NOT_ROOT);
+        let e = anyhow::Error::new(DmError::InUse {
+            map: "mpatha".into(),
+            open_count: 1,
+            holders: vec![],
+        });
+        assert_eq!(exit_code(&e), exit::KERNEL);
+        let e = anyhow::Error::new(ModelError::LastPath(crate::blockdev::DevNum::new(8, 0)));
+        assert_eq!(exit_code(&e), exit::USAGE);
+        let e = anyhow::Error::new(NotFoundError("no LUN".into()));
+        assert_eq!(exit_code(&e), exit::NOT_FOUND);
     }
 }

@@ -33,6 +33,10 @@ pub struct Args {
     /// Screen size for --once, as COLSxROWS.
     #[arg(long, default_value = "120x40")]
     pub size: String,
+    /// The daemon's control socket; without a daemon answering there, the
+    /// dashboard observes on its own.
+    #[arg(long, value_name = "PATH", default_value = crate::daemon::client::DEFAULT_SOCKET)]
+    pub socket: std::path::PathBuf,
 }
 
 /// Sparkline history kept per device, in samples.
@@ -281,14 +285,32 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|d| BlockDev::resolve(d))
         .collect::<Result<_, _>>()?;
-    // Without a daemon, the dashboard needs its own observer, and so root.
-    let mut source = ObserverSource::new(explicit, args.interval).map_err(|e| {
-        e.context("no pathpilot daemon is running and the dashboard cannot observe on its own")
-    })?;
+    // The daemon first: it knows the checker and the tuner, and needs no
+    // root from us. Devices given explicitly ask for the local observer.
+    let probe = explicit
+        .is_empty()
+        .then(|| super::top_daemon::DaemonSource::probe(&args.socket));
+    let mut source: Box<dyn term::Source> = match probe {
+        Some(Ok(())) => Box::new(super::top_daemon::DaemonSource::new(
+            args.socket.clone(),
+            args.interval,
+        )),
+        no_daemon => {
+            // Without a daemon, the dashboard needs its own observer, and so root.
+            let obs =
+                ObserverSource::new(explicit, args.interval).map_err(|e| match no_daemon {
+                    Some(Err(why)) => e.context(format!(
+                        "{why}, and the dashboard cannot observe on its own"
+                    )),
+                    _ => e.context("the dashboard cannot observe on its own"),
+                })?;
+            Box::new(obs)
+        }
+    };
     super::signals::install();
     if args.once {
         std::thread::sleep(args.interval);
-        let m = term::Source::refresh(&mut source).map_err(anyhow::Error::msg)?;
+        let m = source.refresh().map_err(anyhow::Error::msg)?;
         print!("{}", render_text(&m, &Ui::default(), size.0, size.1));
         return Ok(());
     }
@@ -298,6 +320,6 @@ pub fn run(args: Args) -> Result<()> {
             "pathpilot top needs a terminal; use --once for a text snapshot".into()
         ));
     }
-    term::run(&mut source, args.interval)?;
+    term::run(source.as_mut(), args.interval)?;
     Ok(())
 }

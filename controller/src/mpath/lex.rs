@@ -110,8 +110,7 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn dev(&mut self, what: &str) -> Result<DevNum, ParseError> {
         let t = self.next(what)?;
-        t.parse()
-            .map_err(|e: super::DevNumError| self.error_prev(e.to_string()))
+        super::parse_dev(t).map_err(|e| self.error_prev(e.to_string()))
     }
 
     /// Takes `n` tokens that the string announced as `what`, or says how many

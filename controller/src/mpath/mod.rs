@@ -25,49 +25,27 @@ pub use table::{
     CpuMask, Feature, HwHandler, MultipathTable, Path, PathArgs, PriorityGroup, QueueMode, Selector,
 };
 
-use std::fmt;
-use std::str::FromStr;
-
-/// A block device as the kernel names it in tables: `major:minor`.
+/// A block device as the kernel names it in tables: `major:minor`, the one
+/// device-number type of pathpilot.
 ///
 /// Tables may be loaded with `/dev/sdb`-style names, but the kernel always
 /// prints the device number, and read-back compares against what it prints;
 /// name resolution belongs to discovery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevNum {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl DevNum {
-    pub const fn new(major: u32, minor: u32) -> Self {
-        Self { major, minor }
-    }
-}
-
-impl fmt::Display for DevNum {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
+pub use crate::blockdev::DevNum;
 
 /// Why a string is not a `major:minor` device number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("expected a device as major:minor (e.g. 8:16), got '{0}'")]
 pub struct DevNumError(pub String);
 
-impl FromStr for DevNum {
-    type Err = DevNumError;
-
-    /// Only the canonical decimal form is accepted so that a parsed table
-    /// renders back to the same characters.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || DevNumError(s.to_owned());
-        let (maj, min) = s.split_once(':').ok_or_else(err)?;
-        let major = lex::canonical_u32(maj).ok_or_else(err)?;
-        let minor = lex::canonical_u32(min).ok_or_else(err)?;
-        Ok(Self { major, minor })
-    }
+/// Parses a table's device number. Only the canonical decimal form is
+/// accepted so that a parsed table renders back to the same characters.
+pub fn parse_dev(s: &str) -> Result<DevNum, DevNumError> {
+    let err = || DevNumError(s.to_owned());
+    let (maj, min) = s.split_once(':').ok_or_else(err)?;
+    let major = lex::canonical_u32(maj).ok_or_else(err)?;
+    let minor = lex::canonical_u32(min).ok_or_else(err)?;
+    Ok(DevNum::new(major, minor))
 }
 
 #[cfg(test)]
@@ -76,10 +54,10 @@ mod tests {
 
     #[test]
     fn devnum_round_trip() {
-        let d: DevNum = "8:16".parse().unwrap();
+        let d = parse_dev("8:16").unwrap();
         assert_eq!(d, DevNum::new(8, 16));
         assert_eq!(d.to_string(), "8:16");
-        assert_eq!("259:0".parse::<DevNum>().unwrap(), DevNum::new(259, 0));
+        assert_eq!(parse_dev("259:0").unwrap(), DevNum::new(259, 0));
     }
 
     #[test]
@@ -87,7 +65,7 @@ mod tests {
         for bad in [
             "sdb", "8:", ":16", "08:16", "8:016", "8:16:1", "+8:16", "8:-1", "",
         ] {
-            assert!(bad.parse::<DevNum>().is_err(), "{bad}");
+            assert!(parse_dev(bad).is_err(), "{bad}");
         }
     }
 }

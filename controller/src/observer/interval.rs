@@ -2,7 +2,7 @@
 //! prints and what the tuner reads. Counts are per interval, never since start.
 use std::collections::BTreeMap;
 
-use pathpilot_common::{DIR_DISCARD, DIR_FLUSH, DIR_READ, DIR_WRITE, DevStats};
+use pathpilot_common::{DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE, DevStats};
 use serde::Serialize;
 
 use super::{DeviceCounters, Snapshot, hist};
@@ -21,6 +21,9 @@ pub struct DeviceInterval {
     pub write_ios: u64,
     pub flush_ios: u64,
     pub discard_ios: u64,
+    /// Requests with no block operation (SCSI passthrough such as TEST UNIT
+    /// READY), counted apart from data and flushes.
+    pub other_ios: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
     pub discard_bytes: u64,
@@ -122,10 +125,14 @@ impl DeviceInterval {
             write_ios: ios(DIR_WRITE),
             flush_ios: ios(DIR_FLUSH),
             discard_ios: ios(DIR_DISCARD),
+            other_ios: ios(DIR_OTHER),
             read_bytes: bytes(DIR_READ),
             write_bytes: bytes(DIR_WRITE),
             discard_bytes: bytes(DIR_DISCARD),
-            iops: round(per_s((data_ios + ios(DIR_FLUSH)) as f64), 1),
+            iops: round(
+                per_s((data_ios + ios(DIR_FLUSH) + ios(DIR_OTHER)) as f64),
+                1,
+            ),
             read_mib_s: round(per_s(bytes(DIR_READ) as f64) / 1048576.0, 3),
             write_mib_s: round(per_s(bytes(DIR_WRITE) as f64) / 1048576.0, 3),
             merges: bio_merges + d(cs.rq_merges, ps.rq_merges),

@@ -9,7 +9,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues},
-    programs::TracePoint,
+    programs::{RawTracePoint, TracePoint},
     util::nr_cpus,
 };
 use pathpilot_common::{CgroupKey, CgroupStats, Config, DevShared, DevStats};
@@ -17,6 +17,7 @@ use thiserror::Error;
 
 use crate::blockdev::{BlockDev, DevNum};
 
+pub mod btf;
 pub mod hist;
 pub mod interval;
 pub mod tracefs;
@@ -26,11 +27,10 @@ pub use interval::{DeviceInterval, MapInterval};
 /// The compiled eBPF object, embedded at build time by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pathpilot"));
 
-/// Every tracepoint the programs attach to (category `block`); the program
-/// carries the event's name.
-pub const TRACEPOINTS: [&str; 9] = [
+/// Every classic tracepoint the programs attach to (category `block`); the
+/// program carries the event's name.
+pub const TRACEPOINTS: [&str; 8] = [
     "block_rq_issue",
-    "block_rq_complete",
     "block_rq_requeue",
     "block_rq_insert",
     "block_rq_merge",
@@ -137,7 +137,8 @@ impl Observer {
             return Err(ObserveError::NoBtf);
         }
         let root = tracefs::locate()?;
-        let layout = tracefs::layout(&root)?;
+        let btf = btf::Btf::from_sys()?;
+        let layout = tracefs::layout(&root, &btf)?;
         let config = Config {
             watch_all: u32::from(scope == Scope::All),
             _pad: 0,
@@ -157,6 +158,22 @@ impl Observer {
             prog.load()
                 .map_err(|e| ObserveError::Load(format!("{tp}: {e:#}")))?;
             prog.attach("block", tp)
+                .map_err(|e| ObserveError::Attach(tp.into(), format!("{e:#}")))?;
+            if let Ok(info) = prog.info() {
+                prog_ids.push(info.id());
+            }
+        }
+        // Completions run in IRQ context: a raw tracepoint (see the probe).
+        {
+            let tp = "block_rq_complete";
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(tp)
+                .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?
+                .try_into()
+                .map_err(|e| ObserveError::Load(format!("{tp}: {e}")))?;
+            prog.load()
+                .map_err(|e| ObserveError::Load(format!("{tp}: {e:#}")))?;
+            prog.attach(tp)
                 .map_err(|e| ObserveError::Attach(tp.into(), format!("{e:#}")))?;
             if let Ok(info) = prog.info() {
                 prog_ids.push(info.id());

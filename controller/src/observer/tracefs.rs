@@ -103,17 +103,25 @@ fn field(
     Ok(off)
 }
 
-/// The offsets of every field the programs read.
-pub fn layout(root: &Path) -> Result<Layout, ObserveError> {
+/// The offsets of every field the programs read: tracepoint fields from
+/// tracefs, `struct request` members (for the raw completion probe) from
+/// BTF.
+pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError> {
     let c = &mut HashMap::new();
+    let member = |s: &str, m: &str| {
+        btf.member_offset(s, m)
+            .map_err(|e| ObserveError::Layout(format!("kernel BTF: {e}")))
+    };
     Ok(Layout {
+        rq_q: member("request", "q")?,
+        rq_sector: member("request", "__sector")?,
+        q_disk: member("request_queue", "disk")?,
+        disk_major: member("gendisk", "major")?,
+        disk_first_minor: member("gendisk", "first_minor")?,
         issue_dev: field(root, "block_rq_issue", "dev", 4, c)?,
         issue_sector: field(root, "block_rq_issue", "sector", 8, c)?,
         issue_nr_sector: field(root, "block_rq_issue", "nr_sector", 4, c)?,
         issue_rwbs: field(root, "block_rq_issue", "rwbs", 4, c)?,
-        complete_dev: field(root, "block_rq_complete", "dev", 4, c)?,
-        complete_sector: field(root, "block_rq_complete", "sector", 8, c)?,
-        complete_error: field(root, "block_rq_complete", "error", 4, c)?,
         insert_dev: field(root, "block_rq_insert", "dev", 4, c)?,
         requeue_dev: field(root, "block_rq_requeue", "dev", 4, c)?,
         requeue_sector: field(root, "block_rq_requeue", "sector", 8, c)?,
@@ -174,7 +182,8 @@ print fmt: \"%d,%d\"
     fn the_running_kernel_has_every_field() {
         // Host and VM kernels both must: this is what the probes read.
         let root = locate().expect("tracefs (run as root)");
-        let l = layout(&root).expect("layout");
+        let btf = super::super::btf::Btf::from_sys().expect("kernel BTF");
+        let l = layout(&root, &btf).expect("layout");
         assert_eq!(l.issue_dev, 8);
         assert_ne!(l.requeue_sector, 0);
     }

@@ -18,7 +18,9 @@ pub const DIR_WRITE: usize = 1;
 /// A flush carries no data (nr_sector 0) and is counted apart.
 pub const DIR_FLUSH: usize = 2;
 pub const DIR_DISCARD: usize = 3;
-pub const DIRS: usize = 4;
+/// Requests with no block operation (SCSI passthrough, driver-private).
+pub const DIR_OTHER: usize = 4;
+pub const DIRS: usize = 5;
 
 /// Per-device counters, the value of a per-CPU hash map keyed by the kernel
 /// dev_t (`major << 20 | minor`). Userspace sums the per-CPU copies.
@@ -137,9 +139,14 @@ pub struct Layout {
     pub issue_sector: u32,
     pub issue_nr_sector: u32,
     pub issue_rwbs: u32,
-    pub complete_dev: u32,
-    pub complete_sector: u32,
-    pub complete_error: u32,
+    /// The completion probe is a raw tracepoint: it reads `struct request`
+    /// at these BTF offsets (rq->q, q->disk, disk->major/first_minor,
+    /// rq->__sector).
+    pub rq_q: u32,
+    pub rq_sector: u32,
+    pub q_disk: u32,
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
     pub insert_dev: u32,
     pub requeue_dev: u32,
     pub requeue_sector: u32,
@@ -159,9 +166,11 @@ impl Layout {
         issue_sector: 0,
         issue_nr_sector: 0,
         issue_rwbs: 0,
-        complete_dev: 0,
-        complete_sector: 0,
-        complete_error: 0,
+        rq_q: 0,
+        rq_sector: 0,
+        q_disk: 0,
+        disk_major: 0,
+        disk_first_minor: 0,
         insert_dev: 0,
         requeue_dev: 0,
         requeue_sector: 0,

@@ -7,14 +7,14 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
-    macros::{map, tracepoint},
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
-    programs::TracePointContext,
+    programs::{RawTracePointContext, TracePointContext},
 };
 use pathpilot_common::{
-    CgroupKey, CgroupStats, Config, DIR_DISCARD, DIR_FLUSH, DIR_READ, DIR_WRITE, DevShared,
-    DevStats, LAT_BUCKETS, Layout, ReqKey, SIZE_BUCKETS, log2,
+    CgroupKey, CgroupStats, Config, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
+    DevShared, DevStats, LAT_BUCKETS, Layout, ReqKey, SIZE_BUCKETS, log2,
 };
 
 const MAX_DEVICES: u32 = 4096;
@@ -102,6 +102,11 @@ fn shared(dev: u32) -> Option<&'static mut DevShared> {
 /// op follows it. Requests with no sectors are flushes whatever they say.
 #[inline(always)]
 fn direction(rwbs: &[u8; 4], nr_sector: u32) -> usize {
+    // 'N': no block operation (SCSI passthrough such as a checker's TEST
+    // UNIT READY, driver-private requests): neither data nor a flush.
+    if rwbs[0] == b'N' {
+        return DIR_OTHER;
+    }
     if nr_sector == 0 {
         return DIR_FLUSH;
     }
@@ -138,14 +143,28 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
     if let Some(b) = s.bytes.get_mut(dir) {
         *b += bytes;
     }
-    if dir != DIR_FLUSH {
+    if dir != DIR_FLUSH && dir != DIR_OTHER {
         if let Some(h) = s.size_hist.get_mut(log2(bytes).min(SIZE_BUCKETS - 1)) {
             *h += 1;
         }
     }
+    let key = ReqKey {
+        dev,
+        _pad: 0,
+        sector,
+    };
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    // A key already in flight (two requests at one sector, or a re-issue)
+    // is one entry and one completion to match: count it once.
+    let fresh = START.insert(&key, &now_ns, BPF_NOEXIST as u64).is_ok();
+    if !fresh {
+        let _ = START.insert(&key, &now_ns, 0);
+    }
     if let Some(sh) = shared(dev) {
         // Atomic: issues and completions race on other CPUs.
-        atomic_add(&mut sh.inflight, 1);
+        if fresh {
+            atomic_add(&mut sh.inflight, 1);
+        }
         let now = unsafe { core::ptr::read_volatile(&sh.inflight) };
         match PEAK.get_ptr_mut(&dev) {
             Some(p) => unsafe {
@@ -157,7 +176,7 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
                 let _ = PEAK.insert(&dev, &now, BPF_NOEXIST as u64);
             }
         }
-        if dir != DIR_FLUSH {
+        if dir != DIR_FLUSH && dir != DIR_OTHER {
             if sh.next_sector == sector {
                 s.sequential += 1;
             } else {
@@ -166,50 +185,73 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
             sh.next_sector = sector + nr as u64;
         }
     }
-    let key = ReqKey {
-        dev,
-        _pad: 0,
-        sector,
-    };
-    let now = unsafe { bpf_ktime_get_ns() };
-    let _ = START.insert(&key, &now, 0);
     Ok(())
 }
 
-#[tracepoint]
-pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
+/// A raw tracepoint, not a classic one: completions run in hard-IRQ
+/// context, and a classic tracepoint program that interrupts another one on
+/// the same CPU is skipped by the kernel (the per-CPU bpf_prog_active
+/// guard), so completions would be lost under load. Raw tracepoints guard
+/// each program on its own. Arguments: (struct request *rq, blk_status_t
+/// error, unsigned int nr_bytes).
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
     let _ = try_rq_complete(&ctx);
     0
 }
 
-fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
+#[inline(always)]
+fn kread<T>(base: u64, off: u32) -> Result<T, i32> {
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.map_err(|e| e as i32)
+}
+
+fn try_rq_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     let l = layout();
-    let dev: u32 = read(ctx, l.complete_dev)?;
+    let rq: u64 = unsafe { ctx.arg(0) };
+    let error: u64 = unsafe { ctx.arg(1) };
+    let q: u64 = kread(rq, l.rq_q)?;
+    let disk: u64 = kread(q, l.q_disk)?;
+    if disk == 0 {
+        return Ok(());
+    }
+    let major: i32 = kread(disk, l.disk_major)?;
+    let minor: i32 = kread(disk, l.disk_first_minor)?;
+    let dev = ((major as u32) << 20) | (minor as u32 & 0xf_ffff);
     if !watched(dev) {
         return Ok(());
     }
-    let sector: u64 = read(ctx, l.complete_sector)?;
-    let error: i32 = read(ctx, l.complete_error)?;
-    let s = stats(dev).ok_or(-1i32)?;
-    s.completed += 1;
-    if error != 0 {
-        s.errors += 1;
-    }
-    if let Some(sh) = shared(dev) {
-        atomic_add(&mut sh.inflight, -1);
-    }
+    let raw_sector: u64 = kread(rq, l.rq_sector)?;
+    // As the classic issue tracepoint reports it: no position -> 0.
+    let sector = if raw_sector == u64::MAX {
+        0
+    } else {
+        raw_sector
+    };
     let key = ReqKey {
         dev,
         _pad: 0,
         sector,
     };
-    if let Some(t0) = unsafe { START.get(&key) } {
-        let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(*t0);
-        let _ = START.remove(&key);
-        s.lat_sum_ns += lat;
-        if let Some(h) = s.lat_hist.get_mut(log2(lat).min(LAT_BUCKETS - 1)) {
-            *h += 1;
-        }
+    // Only a completion matched to its issue counts: a request completes in
+    // several steps on some devices (dm ends each request twice, the second
+    // time with 0 bytes), and requests issued before the probes were
+    // attached have no issue to match.
+    let Some(t0) = (unsafe { START.get(&key) }).copied() else {
+        return Ok(());
+    };
+    let _ = START.remove(&key);
+    let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(t0);
+    let s = stats(dev).ok_or(-1i32)?;
+    s.completed += 1;
+    if error as u8 != 0 {
+        s.errors += 1;
+    }
+    s.lat_sum_ns += lat;
+    if let Some(h) = s.lat_hist.get_mut(log2(lat).min(LAT_BUCKETS - 1)) {
+        *h += 1;
+    }
+    if let Some(sh) = shared(dev) {
+        atomic_add(&mut sh.inflight, -1);
     }
     Ok(())
 }
@@ -227,14 +269,16 @@ pub fn block_rq_requeue(ctx: TracePointContext) -> u32 {
         s.requeues += 1;
         // The request goes back to the queue: it is no longer in flight and
         // its next issue starts a new latency sample.
-        if let Some(sh) = shared(dev) {
-            atomic_add(&mut sh.inflight, -1);
-        }
-        let _ = START.remove(&ReqKey {
+        let key = ReqKey {
             dev,
             _pad: 0,
             sector,
-        });
+        };
+        if START.remove(&key).is_ok()
+            && let Some(sh) = shared(dev)
+        {
+            atomic_add(&mut sh.inflight, -1);
+        }
         Ok(())
     })();
     0

@@ -5,17 +5,22 @@ use clap::Subcommand;
 use xtask::util::workspace_root;
 
 mod observer;
+mod reload;
 
 #[derive(Subcommand)]
 pub enum Cmd {
     /// The observer's cost: fio 4 KiB random reads on a page-cache-backed
     /// loop device with the probes attached and detached, alternated.
     Observer(observer::Args),
+    /// The stall of a table reload (reader's worst latency across it):
+    /// pathpilot's ioctls vs dmsetup, idle / QD4 / QD16, in the VM.
+    Reload(reload::Args),
 }
 
 pub fn run(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Observer(a) => observer::run(a),
+        Cmd::Reload(a) => reload::run(a),
     }
 }
 

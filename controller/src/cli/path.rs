@@ -1,0 +1,122 @@
+//! `pathpilot path fail|reinstate DEV`: a path's state in its map, by
+//! message (no reload, no stall), read back from the map's status.
+use anyhow::{Result, bail};
+use clap::{Args as ClapArgs, ValueEnum};
+use serde::Serialize;
+
+use crate::{
+    blockdev::{DevNum, display_name},
+    cli::{NotFoundError, reload::resolve_path},
+    dm::{Dm, Message},
+    mpath::PathState,
+};
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Mark the path failed: no I/O goes to it until reinstated.
+    Fail,
+    /// Put a failed path back into use.
+    Reinstate,
+}
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    pub action: Action,
+    /// The path: `sdb`, `/dev/sdb` or `8:16` (MAJ:MIN works after the disk is gone).
+    pub dev: String,
+    /// The map holding it (default: found from the tables).
+    #[arg(long)]
+    pub map: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub map: String,
+    pub path: String,
+    pub dev: DevNum,
+    pub action: Action,
+    pub before: String,
+    pub after: String,
+    pub fail_count: u32,
+}
+
+fn state_name(s: Option<PathState>) -> String {
+    match s {
+        Some(PathState::Active) => "active",
+        Some(PathState::Failed) => "failed",
+        None => "absent",
+    }
+    .into()
+}
+
+/// The multipath map whose table has `dev`.
+pub fn map_of(dm: &Dm, dev: DevNum) -> Result<Option<String>> {
+    for e in dm.list()? {
+        if let Ok(t) = dm.multipath_table(&e.name)
+            && t.find_path(dev).is_some()
+        {
+            return Ok(Some(e.name));
+        }
+    }
+    Ok(None)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let dev = resolve_path(&args.dev)?;
+    let dmc = Dm::open()?;
+    let map = match &args.map {
+        Some(m) => m.clone(),
+        None => map_of(&dmc, dev)?.ok_or_else(|| {
+            NotFoundError(format!(
+                "{} ({dev}) is not a path of any multipath map",
+                args.dev
+            ))
+        })?,
+    };
+    let before = dmc.multipath_status(&map)?;
+    let Some(b) = before.path(dev) else {
+        bail!(NotFoundError(format!(
+            "{} ({dev}) is not a path of map {map}",
+            args.dev
+        )));
+    };
+    let msg = match args.action {
+        Action::Fail => Message::FailPath(dev),
+        Action::Reinstate => Message::ReinstatePath(dev),
+    };
+    dmc.message(&map, &msg)?;
+    let after = dmc.multipath_status(&map)?;
+    let a = after.path(dev);
+    let report = Report {
+        map: map.clone(),
+        path: display_name(dev),
+        dev,
+        action: args.action,
+        before: state_name(Some(b.state)),
+        after: state_name(a.map(|p| p.state)),
+        fail_count: a.map_or(0, |p| p.fail_count),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{map}: {} ({dev}) {} -> {} (fail count {})",
+            report.path, report.before, report.after, report.fail_count
+        );
+    }
+    let wanted = match args.action {
+        Action::Fail => "failed",
+        Action::Reinstate => "active",
+    };
+    if report.after != wanted {
+        bail!(
+            "{map}: the kernel reports {} as {} after {msg}",
+            report.path,
+            report.after
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Path checkers: one thread per path reads one 4 KiB block with O_DIRECT
+//! (as multipath-tools' directio checker does). A read, unlike a SCSI TEST
+//! UNIT READY, goes through the path's data path, so a path whose commands
+//! hang (an array that stopped answering, a link down without a reset) is
+//! caught: the engine fails a path whose check has not answered within the
+//! timeout, whatever the thread is still waiting for.
+use std::{
+    collections::HashMap,
+    fs::File,
+    io,
+    os::unix::fs::{FileExt, OpenOptionsExt},
+    sync::mpsc::{self, Receiver, Sender},
+    time::{Duration, Instant},
+};
+
+/// The checker's view of a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Ready,
+    Faulty,
+    /// The check did not answer in time.
+    Timeout,
+    /// No check has finished yet.
+    Unknown,
+}
+
+impl Verdict {
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Ready => "ready",
+            Verdict::Faulty => "faulty",
+            Verdict::Timeout => "timeout",
+            Verdict::Unknown => "checking",
+        }
+    }
+
+    pub fn is_bad(self) -> bool {
+        matches!(self, Verdict::Faulty | Verdict::Timeout)
+    }
+}
+
+/// One finished check.
+#[derive(Debug)]
+pub struct Report {
+    pub path: String,
+    pub result: Result<(), String>,
+    pub took: Duration,
+}
+
+/// Reads one aligned block from the device, bypassing the page cache.
+pub fn check_once(name: &str) -> Result<(), String> {
+    let dev = format!("/dev/{name}");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&dev)
+        .map_err(|e| format!("open {dev}: {e}"))?;
+    read_aligned(&f).map_err(|e| format!("read {dev}: {e}"))
+}
+
+fn read_aligned(f: &File) -> io::Result<()> {
+    const BLOCK: usize = 4096;
+    let layout = std::alloc::Layout::from_size_align(BLOCK, BLOCK).expect("valid layout");
+    // SAFETY: a non-zero size; freed below on every path.
+    let ptr = unsafe { std::alloc::alloc(layout) };
+    if ptr.is_null() {
+        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+    }
+    // SAFETY: ptr points to BLOCK writable bytes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, BLOCK) };
+    let r = f.read_at(buf, 0);
+    // SAFETY: allocated above with the same layout.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    match r {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "read returned nothing",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+struct PathChecker {
+    trigger: Sender<()>,
+    started: Option<Instant>,
+    last_start: Option<Instant>,
+    verdict: Verdict,
+    last_ms: Option<f64>,
+    last_error: Option<String>,
+}
+
+/// The checkers of every path, driven by the engine's ticks.
+pub struct Checkers {
+    interval: Duration,
+    timeout: Duration,
+    paths: HashMap<String, PathChecker>,
+    reports_tx: Sender<Report>,
+    reports: Receiver<Report>,
+}
+
+/// A verdict change, for the engine to act on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Change {
+    pub path: String,
+    pub from: Verdict,
+    pub to: Verdict,
+    pub detail: Option<String>,
+}
+
+impl Checkers {
+    pub fn new(interval: Duration, timeout: Duration) -> Self {
+        let (reports_tx, reports) = mpsc::channel();
+        Checkers {
+            interval,
+            timeout,
+            paths: HashMap::new(),
+            reports_tx,
+            reports,
+        }
+    }
+
+    pub fn set_timing(&mut self, interval: Duration, timeout: Duration) {
+        self.interval = interval;
+        self.timeout = timeout;
+    }
+
+    /// Starts checking a path (no-op if already checked).
+    pub fn add(&mut self, name: &str) {
+        if self.paths.contains_key(name) {
+            return;
+        }
+        let (trigger, rx) = mpsc::channel::<()>();
+        let tx = self.reports_tx.clone();
+        let path = name.to_string();
+        let spawned = std::thread::Builder::new()
+            .name(format!("check-{name}"))
+            .spawn(move || {
+                // Ends when the engine drops the trigger (path removed).
+                while rx.recv().is_ok() {
+                    let t = Instant::now();
+                    let result = check_once(&path);
+                    let r = Report {
+                        path: path.clone(),
+                        result,
+                        took: t.elapsed(),
+                    };
+                    if tx.send(r).is_err() {
+                        break;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            return;
+        }
+        self.paths.insert(
+            name.to_string(),
+            PathChecker {
+                trigger,
+                started: None,
+                last_start: None,
+                verdict: Verdict::Unknown,
+                last_ms: None,
+                last_error: None,
+            },
+        );
+    }
+
+    /// Stops checking a path. A check stuck in the kernel keeps its thread
+    /// until the read returns; nothing waits for it.
+    pub fn remove(&mut self, name: &str) {
+        self.paths.remove(name);
+    }
+
+    pub fn verdict(&self, name: &str) -> Verdict {
+        self.paths.get(name).map_or(Verdict::Unknown, |p| p.verdict)
+    }
+
+    pub fn last_ms(&self, name: &str) -> Option<f64> {
+        self.paths.get(name).and_then(|p| p.last_ms)
+    }
+
+    /// Starts due checks, collects reports, times out silent ones; returns
+    /// the verdict changes.
+    pub fn tick(&mut self, now: Instant) -> Vec<Change> {
+        let mut changes = vec![];
+        while let Ok(r) = self.reports.try_recv() {
+            let Some(p) = self.paths.get_mut(&r.path) else {
+                continue;
+            };
+            p.started = None;
+            p.last_ms = Some(r.took.as_secs_f64() * 1000.0);
+            let (to, detail) = match r.result {
+                Ok(()) => (Verdict::Ready, None),
+                Err(e) => (Verdict::Faulty, Some(e)),
+            };
+            p.last_error = detail.clone();
+            if to != p.verdict {
+                changes.push(Change {
+                    path: r.path.clone(),
+                    from: p.verdict,
+                    to,
+                    detail,
+                });
+                p.verdict = to;
+            }
+        }
+        for (name, p) in self.paths.iter_mut() {
+            match p.started {
+                Some(s) if now.duration_since(s) >= self.timeout => {
+                    if p.verdict != Verdict::Timeout {
+                        changes.push(Change {
+                            path: name.clone(),
+                            from: p.verdict,
+                            to: Verdict::Timeout,
+                            detail: Some(format!(
+                                "no answer to a 4 KiB read in {:.1} s",
+                                self.timeout.as_secs_f64()
+                            )),
+                        });
+                        p.verdict = Verdict::Timeout;
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if p.last_start
+                        .is_none_or(|l| now.duration_since(l) >= self.interval)
+                        && p.trigger.send(()).is_ok()
+                    {
+                        p.started = Some(now);
+                        p.last_start = Some(now);
+                    }
+                }
+            }
+        }
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_device_is_faulty_with_the_reason() {
+        let e = check_once("pathpilot-no-such-disk").unwrap_err();
+        assert!(e.contains("/dev/pathpilot-no-such-disk"), "{e}");
+    }
+
+    #[test]
+    fn checkers_report_changes_once() {
+        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_secs(5));
+        c.add("pathpilot-no-such-disk");
+        let t0 = Instant::now();
+        let mut seen = vec![];
+        while t0.elapsed() < Duration::from_secs(2) && seen.is_empty() {
+            seen = c.tick(Instant::now());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].to, Verdict::Faulty);
+        // Repeated failures are not new changes.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(c.tick(Instant::now()).is_empty());
+        assert!(
+            c.tick(Instant::now() + Duration::from_millis(100))
+                .is_empty()
+        );
+        assert_eq!(c.verdict("pathpilot-no-such-disk"), Verdict::Faulty);
+    }
+}

@@ -1,0 +1,388 @@
+//! The daemon's configuration file (TOML). Every key is optional and has
+//! the default documented in the README; an unknown key or a bad value is an
+//! error that names the key and its line.
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use crate::{
+    discovery::{Filter, Rule},
+    mpath::Selector,
+    tuner::{self, Mode},
+};
+
+pub const DEFAULT_PATH: &str = "/etc/pathpilot/config.toml";
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// observe | advise | tune
+    pub mode: Mode,
+    /// Seconds of one measurement window (figures, checker health, tuner).
+    pub window_secs: f64,
+    pub socket: String,
+    /// A group whose members may read status and the log over the socket.
+    pub read_group: Option<String>,
+    /// Address of the Prometheus endpoint, or "off".
+    pub metrics: String,
+    pub maps: MapsConfig,
+    pub checker: CheckerConfig,
+    pub tuner: TunerConfig,
+    pub filter: FilterConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MapsConfig {
+    /// Create a map for every WWID with at least `min_paths` paths.
+    pub create: bool,
+    pub min_paths: usize,
+    /// Selector of the maps pathpilot creates.
+    pub selector: String,
+    /// `queue_if_no_path` on created maps: I/O waits for a path to return
+    /// instead of failing.
+    pub queue_if_no_path: bool,
+    /// WWIDs of maps made by others that pathpilot may manage.
+    pub adopt: Vec<String>,
+    /// WWID -> map name.
+    pub aliases: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckerConfig {
+    /// Seconds between checks of a path.
+    pub interval_secs: f64,
+    /// A check that has not answered after this many seconds fails the path.
+    pub timeout_secs: f64,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TunerConfig {
+    pub windows: usize,
+    pub settle_windows: usize,
+    pub min_gain_pct: f64,
+    pub reload_min_interval_secs: f64,
+    pub max_stall_ms: f64,
+    pub reload_cooldown_secs: f64,
+    pub flap_hold_secs: f64,
+    pub retry_after_secs: f64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilterConfig {
+    /// multipath.conf `blacklist` entries: `wwid=RE`, `devnode=RE`,
+    /// `device=VENDOR[/PRODUCT]`.
+    pub deny: Vec<String>,
+    /// `blacklist_exceptions`.
+    pub allow: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Tune,
+            window_secs: 5.0,
+            socket: "/run/pathpilot/control.sock".into(),
+            read_group: None,
+            metrics: "127.0.0.1:9777".into(),
+            maps: MapsConfig::default(),
+            checker: CheckerConfig::default(),
+            tuner: TunerConfig::default(),
+            filter: FilterConfig::default(),
+        }
+    }
+}
+
+impl Default for MapsConfig {
+    fn default() -> Self {
+        MapsConfig {
+            create: true,
+            min_paths: 2,
+            selector: "service-time".into(),
+            queue_if_no_path: true,
+            adopt: vec![],
+            aliases: Default::default(),
+        }
+    }
+}
+
+impl Default for CheckerConfig {
+    fn default() -> Self {
+        CheckerConfig {
+            interval_secs: 2.0,
+            timeout_secs: 5.0,
+        }
+    }
+}
+
+impl Default for TunerConfig {
+    fn default() -> Self {
+        let t = tuner::Config::default();
+        TunerConfig {
+            windows: t.windows,
+            settle_windows: t.settle_windows,
+            min_gain_pct: t.min_gain * 100.0,
+            reload_min_interval_secs: t.reload_min_interval_s,
+            max_stall_ms: t.max_stall_ms,
+            reload_cooldown_secs: t.reload_cooldown_s,
+            flap_hold_secs: t.flap_hold_s,
+            retry_after_secs: t.retry_after_s,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    #[error("config {path}: {msg}")]
+    Invalid { path: String, msg: String },
+}
+
+impl Config {
+    /// Reads a config file. The default path may be absent (defaults apply);
+    /// a path given explicitly must exist.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(Config::default());
+            }
+            Err(err) => return Err(ConfigError::Read { path: shown, err }),
+        };
+        Config::parse(&text).map_err(|msg| ConfigError::Invalid { path: shown, msg })
+    }
+
+    /// Parses and checks a config text; the error names the key and line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let c: Config = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            // toml's own message repeats the offending line; one line is enough.
+            let msg = e.message().to_string();
+            match line {
+                Some(l) => format!("line {l}: {msg}"),
+                None => msg,
+            }
+        })?;
+        c.check(text)?;
+        Ok(c)
+    }
+
+    fn check(&self, text: &str) -> Result<(), String> {
+        let line_of = |key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(key))
+                .map(|i| format!("line {}: ", i + 1))
+                .unwrap_or_default()
+        };
+        let bad = |key: &str, why: String| Err(format!("{}{key}: {why}", line_of(key)));
+        if !(0.5..=3600.0).contains(&self.window_secs) {
+            return bad(
+                "window_secs",
+                format!("{} is out of range (0.5 to 3600)", self.window_secs),
+            );
+        }
+        if self.metrics != "off" && self.metrics.parse::<SocketAddr>().is_err() {
+            return bad(
+                "metrics",
+                format!(
+                    "'{}' is not an address like 127.0.0.1:9777, nor \"off\"",
+                    self.metrics
+                ),
+            );
+        }
+        if !self.socket.starts_with('/') {
+            return bad(
+                "socket",
+                format!("'{}' is not an absolute path", self.socket),
+            );
+        }
+        if self.maps.min_paths < 1 {
+            return bad("min_paths", "must be at least 1".into());
+        }
+        if !matches!(
+            Selector::from_name(&self.maps.selector),
+            Selector::RoundRobin
+                | Selector::QueueLength
+                | Selector::ServiceTime
+                | Selector::HistoricalServiceTime
+        ) {
+            return bad(
+                "selector",
+                format!(
+                    "unknown selector '{}' (round-robin, queue-length, service-time, historical-service-time)",
+                    self.maps.selector
+                ),
+            );
+        }
+        for (wwid, alias) in &self.maps.aliases {
+            if alias.is_empty() || alias.len() > 127 || alias.contains('/') {
+                return bad(
+                    "aliases",
+                    format!("'{alias}' (for {wwid}) is not a usable map name"),
+                );
+            }
+        }
+        let c = &self.checker;
+        if !(0.1..=600.0).contains(&c.interval_secs) {
+            return bad(
+                "interval_secs",
+                format!("{} is out of range (0.1 to 600)", c.interval_secs),
+            );
+        }
+        if !(0.1..=600.0).contains(&c.timeout_secs) {
+            return bad(
+                "timeout_secs",
+                format!("{} is out of range (0.1 to 600)", c.timeout_secs),
+            );
+        }
+        let t = &self.tuner;
+        if !(1..=100).contains(&t.windows) {
+            return bad(
+                "windows",
+                format!("{} is out of range (1 to 100)", t.windows),
+            );
+        }
+        if t.settle_windows > 100 {
+            return bad(
+                "settle_windows",
+                format!("{} is out of range (0 to 100)", t.settle_windows),
+            );
+        }
+        if !(0.0..=100.0).contains(&t.min_gain_pct) {
+            return bad(
+                "min_gain_pct",
+                format!("{} is out of range (0 to 100)", t.min_gain_pct),
+            );
+        }
+        for (k, v) in [
+            ("reload_min_interval_secs", t.reload_min_interval_secs),
+            ("max_stall_ms", t.max_stall_ms),
+            ("reload_cooldown_secs", t.reload_cooldown_secs),
+            ("flap_hold_secs", t.flap_hold_secs),
+            ("retry_after_secs", t.retry_after_secs),
+        ] {
+            if !(0.0..=86400.0 * 1000.0).contains(&v) {
+                return bad(k, format!("{v} is out of range"));
+            }
+        }
+        self.filter()
+            .map_err(|e| format!("{}{e}", line_of("deny")))?;
+        Ok(())
+    }
+
+    pub fn filter(&self) -> Result<Filter, String> {
+        let rules = |v: &[String]| {
+            v.iter()
+                .map(|r| Rule::parse(r))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Filter::new(
+            rules(&self.filter.deny)?,
+            rules(&self.filter.allow)?,
+        ))
+    }
+
+    pub fn tuner(&self) -> tuner::Config {
+        let t = &self.tuner;
+        tuner::Config {
+            windows: t.windows,
+            settle_windows: t.settle_windows,
+            min_gain: t.min_gain_pct / 100.0,
+            reload_min_interval_s: t.reload_min_interval_secs,
+            max_stall_ms: t.max_stall_ms,
+            reload_cooldown_s: t.reload_cooldown_secs,
+            flap_hold_s: t.flap_hold_secs,
+            retry_after_s: t.retry_after_secs,
+        }
+    }
+
+    pub fn window(&self) -> Duration {
+        Duration::from_secs_f64(self.window_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_all_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let c = Config::parse(
+            r#"
+mode = "advise"
+window_secs = 2
+metrics = "off"
+read_group = "storage"
+[maps]
+selector = "queue-length"
+adopt = ["35000c500deadbeef"]
+aliases = { "35000c500deadbeef" = "data" }
+[checker]
+interval_secs = 1
+timeout_secs = 3
+[tuner]
+min_gain_pct = 3
+[filter]
+deny = ["devnode=^sda$"]
+allow = ["wwid=^3500"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.mode, Mode::Advise);
+        assert_eq!(c.maps.aliases["35000c500deadbeef"], "data");
+        assert_eq!(c.tuner().min_gain, 0.03);
+        assert!(c.filter().is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_name_key_and_line() {
+        let e = Config::parse("mode = \"tune\"\n\n[checker]\ninterval = 2\n").unwrap_err();
+        assert!(e.contains("line 4") && e.contains("interval"), "{e}");
+        let e = Config::parse("colour = 1").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_key_and_line() {
+        let e = Config::parse("mode = \"fast\"").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("fast"), "{e}");
+        let e = Config::parse("window_secs = 0").unwrap_err();
+        assert!(e.contains("line 1: window_secs"), "{e}");
+        let e = Config::parse("[maps]\nselector = \"random\"").unwrap_err();
+        assert!(
+            e.contains("line 2: selector: unknown selector 'random'"),
+            "{e}"
+        );
+        let e = Config::parse("metrics = \"everywhere\"").unwrap_err();
+        assert!(e.contains("metrics"), "{e}");
+        let e = Config::parse("[checker]\ntimeout_secs = -1").unwrap_err();
+        assert!(e.contains("line 2: timeout_secs"), "{e}");
+        let e = Config::parse("[filter]\ndeny = [\"nonsense\"]").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("nonsense"), "{e}");
+        let e = Config::parse("window_secs = \"five\"").unwrap_err();
+        assert!(
+            e.contains("line 1") && e.contains("window_secs") || e.contains("invalid type"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_default_file_may_be_absent_an_explicit_one_not() {
+        let p = Path::new("/nonexistent/pathpilot.toml");
+        assert!(Config::load(p, false).is_ok());
+        let e = Config::load(p, true).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/pathpilot.toml"), "{e}");
+    }
+}

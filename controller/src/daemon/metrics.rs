@@ -1,0 +1,983 @@
+//! Prometheus metrics: the text exposition format 0.0.4 rendered from the
+//! published [`DaemonStatus`], served by a minimal HTTP/1.1 server on
+//! `GET /metrics` (one request per connection, then close).
+//!
+//! Counters and histograms come from the cumulative [`Totals`]; gauges from
+//! the last window. Every family is written once with HELP and TYPE, even
+//! when it has no series, so dashboards and alerts see a stable schema.
+use std::{fmt::Write as _, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::{Context, Result};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+    time::timeout,
+};
+
+use super::{
+    shared::Shared,
+    status::{DaemonStatus, MapState, PathState, Totals},
+};
+
+/// The default listen address (loopback: metrics reveal the storage layout).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9777";
+
+/// A scrape request's head is a few hundred bytes; more is not a scraper.
+const MAX_REQUEST: usize = 8 * 1024;
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_CONNECTIONS: usize = 16;
+
+/// Tuner outcomes, always exported (as 0 until seen) so rates and alerts
+/// have a series from the start.
+const OUTCOMES: [&str; 9] = [
+    "trying",
+    "kept",
+    "reverted",
+    "advised",
+    "ignored",
+    "snap_back",
+    "paused",
+    "resumed",
+    "budget",
+];
+
+/// Size buckets hold [2^k, 2^(k+1)) bytes, so `le` is 2^(k+1) - 1: exact,
+/// where a bound of 2^(k+1) would wrongly claim the 2^(k+1)-byte requests
+/// (requests are mostly exact powers of two). 1 KiB - 1 .. 32 MiB - 1.
+const SIZE_LE_LOG2: std::ops::RangeInclusive<u32> = 10..=25;
+/// Latency buckets hold [2^k, 2^(k+1)) ns; time is continuous, so the
+/// exclusive bound 2^(k+1) ns is used as `le`. ~1 us .. ~17 s.
+const LAT_LE_LOG2: std::ops::RangeInclusive<u32> = 10..=34;
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn labels(pairs: &[(&str, &str)]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// A sample value as Prometheus spells it (Rust writes `inf`, `NaN`).
+fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
+    } else {
+        format!("{v}")
+    }
+}
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, v: f64) {
+        let _ = writeln!(self.0, "{name}{labels} {}", num(v));
+    }
+
+    /// A family with one series per item; `value` returns `None` to skip.
+    fn each<T>(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        items: &[(String, &T)],
+        value: impl Fn(&T) -> Option<f64>,
+    ) {
+        self.family(name, kind, help);
+        for (l, x) in items {
+            if let Some(v) = value(x) {
+                self.sample(name, &labels_with(l, &[]), v);
+            }
+        }
+    }
+
+    fn histogram(
+        &mut self,
+        name: &str,
+        base: &str,
+        hist: &[(u64, u64)],
+        le_log2: &std::ops::RangeInclusive<u32>,
+        le_of: impl Fn(u32) -> f64,
+        sum: f64,
+    ) {
+        // Bucket [low, 2 low), and [0, 2) for the first: counted in every
+        // `le` at or above its last value.
+        let high = |low: u64| if low == 0 { 2 } else { low.saturating_mul(2) };
+        for k in le_log2.clone() {
+            let bound = 1u64 << k;
+            let c: u64 = hist
+                .iter()
+                .filter(|(low, _)| high(*low) <= bound)
+                .map(|(_, c)| *c)
+                .sum();
+            let le = num(le_of(k));
+            self.sample(
+                &format!("{name}_bucket"),
+                &labels_with(base, &[("le", &le)]),
+                c as f64,
+            );
+        }
+        let count: u64 = hist.iter().map(|(_, c)| *c).sum();
+        self.sample(
+            &format!("{name}_bucket"),
+            &labels_with(base, &[("le", "+Inf")]),
+            count as f64,
+        );
+        self.sample(&format!("{name}_sum"), &labels_with(base, &[]), sum);
+        self.sample(
+            &format!("{name}_count"),
+            &labels_with(base, &[]),
+            count as f64,
+        );
+    }
+}
+
+/// `{base,extra}` from an already rendered `{base}` (or "") and more pairs.
+fn labels_with(base: &str, extra: &[(&str, &str)]) -> String {
+    let more = labels(extra);
+    match (base.is_empty(), more.is_empty()) {
+        (true, _) => more,
+        (false, true) => base.to_string(),
+        (false, false) => format!("{},{}", &base[..base.len() - 1], &more[1..]),
+    }
+}
+
+/// The device families shared by maps and paths (`what` is "map"/"path").
+fn device_families(o: &mut Out, what: &str, items: &[(String, &Totals)]) {
+    let p = format!("pathpilot_{what}");
+    o.each(
+        &format!("{p}_read_bytes_total"),
+        "counter",
+        &format!("Bytes read through the {what} since the daemon started watching it."),
+        items,
+        |t| Some(t.read_bytes as f64),
+    );
+    o.each(
+        &format!("{p}_write_bytes_total"),
+        "counter",
+        &format!("Bytes written through the {what} since the daemon started watching it."),
+        items,
+        |t| Some(t.write_bytes as f64),
+    );
+    let name = format!("{p}_ios_total");
+    o.family(
+        &name,
+        "counter",
+        &format!("Requests completed on the {what}, by direction."),
+    );
+    for (l, t) in items {
+        o.sample(
+            &name,
+            &labels_with(l, &[("dir", "read")]),
+            t.read_ios as f64,
+        );
+        o.sample(
+            &name,
+            &labels_with(l, &[("dir", "write")]),
+            t.write_ios as f64,
+        );
+    }
+    o.each(
+        &format!("{p}_errors_total"),
+        "counter",
+        &format!("Requests on the {what} that completed with an error."),
+        items,
+        |t| Some(t.errors as f64),
+    );
+    o.each(
+        &format!("{p}_merges_total"),
+        "counter",
+        &format!("Bios and requests merged into another request on the {what}."),
+        items,
+        |t| Some(t.merges as f64),
+    );
+    let name = format!("{p}_request_size_bytes");
+    o.family(
+        &name,
+        "histogram",
+        &format!("Size of the requests on the {what} (log2 buckets, le = 2^k - 1)."),
+    );
+    for (l, t) in items {
+        o.histogram(
+            &name,
+            l,
+            &t.size_hist,
+            &SIZE_LE_LOG2,
+            |k| ((1u64 << k) - 1) as f64,
+            (t.read_bytes + t.write_bytes) as f64,
+        );
+    }
+    let name = format!("{p}_latency_seconds");
+    o.family(
+        &name,
+        "histogram",
+        &format!("Issue-to-completion time of the requests on the {what} (log2 buckets)."),
+    );
+    for (l, t) in items {
+        o.histogram(
+            &name,
+            l,
+            &t.lat_hist,
+            &LAT_LE_LOG2,
+            |k| (1u64 << k) as f64 / 1e9,
+            t.lat_sum_ns as f64 / 1e9,
+        );
+    }
+}
+
+/// The Prometheus text exposition (format 0.0.4) of a status.
+pub fn render(s: &DaemonStatus) -> String {
+    let mut o = Out(String::with_capacity(64 * 1024));
+    o.family(
+        "pathpilot_build_info",
+        "gauge",
+        "The daemon's version (always 1).",
+    );
+    o.sample(
+        "pathpilot_build_info",
+        &labels(&[("version", &s.version)]),
+        1.0,
+    );
+    o.family(
+        "pathpilot_daemon_start_time_seconds",
+        "gauge",
+        "When the daemon started, seconds since the epoch.",
+    );
+    o.sample("pathpilot_daemon_start_time_seconds", "", s.started_unix);
+    o.family(
+        "pathpilot_tuner_window_seconds",
+        "gauge",
+        "Length of the tuner's measuring window.",
+    );
+    o.sample("pathpilot_tuner_window_seconds", "", s.window_s);
+    o.family(
+        "pathpilot_tuner_decisions_total",
+        "counter",
+        "Tuner decisions since the daemon started, by outcome.",
+    );
+    let count = |o: &str| {
+        s.decision_counts
+            .iter()
+            .filter(|(k, _)| k == o)
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+    };
+    for out in OUTCOMES {
+        let l = labels(&[("outcome", out)]);
+        o.sample("pathpilot_tuner_decisions_total", &l, count(out) as f64);
+    }
+    for (k, n) in &s.decision_counts {
+        if !OUTCOMES.contains(&k.as_str()) {
+            let l = labels(&[("outcome", k)]);
+            o.sample("pathpilot_tuner_decisions_total", &l, *n as f64);
+        }
+    }
+
+    let map_l = |m: &MapState| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
+    let maps: Vec<(String, &MapState)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
+    let map_totals: Vec<(String, &Totals)> =
+        maps.iter().map(|(l, m)| (l.clone(), &m.totals)).collect();
+    device_families(&mut o, "map", &map_totals);
+    o.each(
+        "pathpilot_map_inflight",
+        "gauge",
+        "Requests in flight on the map's dm device at the end of the last window.",
+        &maps,
+        |m| Some(m.rates.inflight as f64),
+    );
+    o.each(
+        "pathpilot_map_paths",
+        "gauge",
+        "Paths in the map's table.",
+        &maps,
+        |m| Some(m.paths.len() as f64),
+    );
+    o.each(
+        "pathpilot_map_managed",
+        "gauge",
+        "1 when pathpilot manages the map, 0 when it only observes it.",
+        &maps,
+        |m| Some(f64::from(u8::from(m.managed))),
+    );
+    o.each(
+        "pathpilot_map_tuner_paused",
+        "gauge",
+        "1 while tuning of the map is paused.",
+        &maps,
+        |m| Some(f64::from(u8::from(m.paused))),
+    );
+    o.family(
+        "pathpilot_map_knob",
+        "gauge",
+        "The map's numeric tuner knobs as read back from the kernel.",
+    );
+    for (l, m) in &maps {
+        let Some(st) = &m.settings else { continue };
+        for (knob, v) in [
+            ("active_paths", st.active_paths as f64),
+            ("max_sectors_kb", f64::from(st.max_sectors_kb)),
+            ("nr_requests", f64::from(st.nr_requests)),
+            ("queue_depth", f64::from(st.queue_depth)),
+        ] {
+            o.sample("pathpilot_map_knob", &labels_with(l, &[("knob", knob)]), v);
+        }
+    }
+    o.family(
+        "pathpilot_map_selector_info",
+        "gauge",
+        "The map's path selector (always 1).",
+    );
+    for (l, m) in &maps {
+        let sel = labels_with(l, &[("selector", &m.selector)]);
+        o.sample("pathpilot_map_selector_info", &sel, 1.0);
+    }
+    o.family(
+        "pathpilot_map_scheduler_info",
+        "gauge",
+        "The I/O scheduler of the map's dm device (always 1).",
+    );
+    for (l, m) in &maps {
+        if let Some(st) = &m.settings {
+            let sch = labels_with(l, &[("scheduler", &st.scheduler)]);
+            o.sample("pathpilot_map_scheduler_info", &sch, 1.0);
+        }
+    }
+
+    let paths: Vec<(String, &PathState)> = s
+        .maps
+        .iter()
+        .flat_map(|m| {
+            m.paths.iter().map(move |p| {
+                let l = labels(&[("map", &m.name), ("wwid", &m.wwid), ("path", &p.name)]);
+                (l, p)
+            })
+        })
+        .collect();
+    let path_totals: Vec<(String, &Totals)> =
+        paths.iter().map(|(l, p)| (l.clone(), &p.totals)).collect();
+    device_families(&mut o, "path", &path_totals);
+    o.each(
+        "pathpilot_path_inflight",
+        "gauge",
+        "Requests in flight on the path at the end of the last window.",
+        &paths,
+        |p| Some(p.rates.inflight as f64),
+    );
+    o.each(
+        "pathpilot_path_up",
+        "gauge",
+        "1 when device-mapper holds the path active, 0 when failed.",
+        &paths,
+        |p| Some(f64::from(u8::from(p.dm_state == "active"))),
+    );
+    o.each(
+        "pathpilot_path_checker_ok",
+        "gauge",
+        "1 when the path checker's last verdict was ready.",
+        &paths,
+        |p| Some(f64::from(u8::from(p.checker == "ready"))),
+    );
+    o.each(
+        "pathpilot_path_checker_duration_seconds",
+        "gauge",
+        "Duration of the path's last completed check.",
+        &paths,
+        |p| p.checker_ms.map(|ms| ms / 1000.0),
+    );
+    o.each(
+        "pathpilot_path_dm_failures",
+        "gauge",
+        "device-mapper's fail count of the path (reset by a table reload).",
+        &paths,
+        |p| Some(f64::from(p.fail_count)),
+    );
+    o.each(
+        "pathpilot_path_share_ratio",
+        "gauge",
+        "The path's share of the map's bytes in the last window (0..1).",
+        &paths,
+        |p| Some(p.share_pct / 100.0),
+    );
+    o.each(
+        "pathpilot_path_weight",
+        "gauge",
+        "The path's service-time relative_throughput, when the selector has one.",
+        &paths,
+        |p| p.weight.map(f64::from),
+    );
+    o.each(
+        "pathpilot_path_group",
+        "gauge",
+        "The path's priority group (1 is tried first).",
+        &paths,
+        |p| Some(p.group as f64),
+    );
+    o.family(
+        "pathpilot_path_info",
+        "gauge",
+        "The path's device number and SCSI address (always 1).",
+    );
+    for (l, p) in &paths {
+        let info = labels_with(l, &[("dev", &p.dev), ("hctl", &p.hctl)]);
+        o.sample("pathpilot_path_info", &info, 1.0);
+    }
+    o.0
+}
+
+/// Listens for scrapes; binding fails early (address in use) so the daemon
+/// can report it at start.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {addr}"))
+}
+
+/// Binds `addr` and serves `/metrics` until the task is dropped.
+pub async fn serve(addr: SocketAddr, shared: Shared) -> Result<()> {
+    let l = bind(addr).await?;
+    serve_listener(l, shared).await;
+    Ok(())
+}
+
+pub async fn serve_listener(listener: TcpListener, shared: Shared) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    let _ = stream.try_write(&response(
+                        "503 Service Unavailable",
+                        "text/plain",
+                        b"busy\n",
+                        false,
+                    ));
+                    continue;
+                };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    http(stream, shared).await;
+                    drop(slot);
+                });
+            }
+            Err(e) => {
+                eprintln!("pathpilot: metrics: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn response(status: &str, ctype: &str, body: &[u8], head_only: bool) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if status.starts_with("405") {
+        r.push_str("Allow: GET, HEAD\r\n");
+    }
+    r.push_str("\r\n");
+    let mut r = r.into_bytes();
+    if !head_only {
+        r.extend_from_slice(body);
+    }
+    r
+}
+
+/// Reads the request head; `false` when it exceeds the limit.
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 1024];
+    loop {
+        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
+            return Ok(true);
+        }
+        if buf.len() > MAX_REQUEST {
+            return Ok(false);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The response to a request head.
+fn route(head: &[u8], shared: &Shared) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut first = text.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let head_only = method == "HEAD";
+    if method != "GET" && !head_only {
+        return response("405 Method Not Allowed", "text/plain", b"only GET\n", false);
+    }
+    if path != "/metrics" {
+        return response("404 Not Found", "text/plain", b"see /metrics\n", head_only);
+    }
+    let body = shared.with_status(render);
+    response(
+        "200 OK",
+        "text/plain; version=0.0.4; charset=utf-8",
+        body.as_bytes(),
+        head_only,
+    )
+}
+
+async fn http(mut stream: TcpStream, shared: Shared) {
+    let mut buf = Vec::with_capacity(1024);
+    let reply = match timeout(IO_TIMEOUT, read_head(&mut stream, &mut buf)).await {
+        Ok(Ok(true)) => route(&buf, &shared),
+        Ok(Ok(false)) => response(
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            b"request too large\n",
+            false,
+        ),
+        _ => return,
+    };
+    let _ = timeout(IO_TIMEOUT, async {
+        stream.write_all(&reply).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// A status with every kind of figure, shared by the daemon's and the
+/// CLI's tests.
+#[cfg(test)]
+pub(crate) fn example_status() -> DaemonStatus {
+    use super::status::{LoggedDecision, Rates};
+    use crate::{
+        mpath::Selector,
+        tuner::{Decision, Knob, Mode, Outcome, Settings},
+    };
+
+    let totals = |k: u64| Totals {
+        read_ios: 100 * k,
+        write_ios: 10 * k,
+        read_bytes: 100 * k * 65536,
+        write_bytes: 10 * k * 4096,
+        errors: k - 1,
+        merges: 7 * k,
+        size_hist: vec![(4096, 10 * k), (65536, 100 * k)],
+        lat_hist: vec![(0, 1), (131072, 60 * k), (1 << 20, 50 * k), (1 << 40, 1)],
+        lat_sum_ns: 110 * k * 400_000,
+    };
+    let rates = |mib: f64| Rates {
+        interval_s: 1.0,
+        iops: mib * 16.0,
+        read_mib_s: mib,
+        write_mib_s: 0.5,
+        avg_request_kib: 64.0,
+        merge_pct: 12.5,
+        lat_p50_us: Some(250.0),
+        lat_p99_us: Some(1800.0),
+        inflight: 4,
+        inflight_max: 16,
+        util_pct: Some(80.0),
+        seq_pct: Some(95.0),
+    };
+    let path = |name: &str, dev: &str, k: u64, state: &str, checker: &str| PathState {
+        name: name.into(),
+        dev: dev.into(),
+        hctl: format!("2:0:0:{k}"),
+        group: 1,
+        dm_state: state.into(),
+        fail_count: u32::from(state != "active"),
+        checker: checker.into(),
+        checker_ms: Some(1.5),
+        weight: Some(10 * k as u32),
+        share_pct: if state == "active" { 75.0 } else { 25.0 },
+        rates: rates(10.0 * k as f64),
+        totals: totals(k),
+    };
+    let decision = |seq: u64, knob: Option<Knob>, old: &str, new: &str, outcome, reason: &str| {
+        LoggedDecision {
+            seq,
+            unix: 1_700_000_000.0 + seq as f64 * 61.0,
+            decision: Decision {
+                t: seq as f64 * 61.0,
+                map: "mpatha".into(),
+                class: Some("read/large/seq".into()),
+                knob,
+                old: old.into(),
+                new: new.into(),
+                before_mib_s: knob.map(|_| 17.5),
+                after_mib_s: knob.map(|_| 33.7),
+                reason: reason.into(),
+                outcome,
+            },
+        }
+    };
+    DaemonStatus {
+        version: "0.1.0".into(),
+        pid: 4321,
+        mode: Some(Mode::Tune),
+        started_unix: 1_700_000_000.0,
+        config: "/etc/pathpilot/config.toml".into(),
+        window_s: 2.0,
+        multipathd: None,
+        maps: vec![
+            MapState {
+                name: "mpatha".into(),
+                wwid: "36001405aaaa\"quoted\\".into(),
+                dm_name: "dm-0".into(),
+                dev: "254:0".into(),
+                vendor_model: "LIO-ORG disk".into(),
+                size_sectors: 2_097_152,
+                managed: true,
+                unmanaged_reason: None,
+                selector: "service-time".into(),
+                features: "queue_if_no_path".into(),
+                hwhandler: "0".into(),
+                state: "degraded".into(),
+                mode: Some(Mode::Tune),
+                tuner: "tune".into(),
+                paused: false,
+                class: Some("read/large/seq".into()),
+                settings: Some(Settings {
+                    selector: Selector::ServiceTime,
+                    weights: vec![10, 20],
+                    active_paths: 2,
+                    max_sectors_kb: 512,
+                    nr_requests: 256,
+                    scheduler: "mq-deadline".into(),
+                    queue_depth: 32,
+                }),
+                rates: rates(30.0),
+                totals: totals(3),
+                paths: vec![
+                    path("sdb", "8:16", 1, "active", "ready"),
+                    path("sdc", "8:32", 2, "failed", "faulty"),
+                ],
+                cgroups: vec![(1234, 3 << 20), (99, 1 << 20)],
+            },
+            MapState {
+                name: "mpathb".into(),
+                wwid: "36001405bbbb".into(),
+                dm_name: "dm-1".into(),
+                dev: "254:1".into(),
+                managed: false,
+                unmanaged_reason: Some("owned by multipathd".into()),
+                selector: "round-robin".into(),
+                state: "ok".into(),
+                tuner: "observe".into(),
+                paused: true,
+                totals: Totals::default(),
+                ..Default::default()
+            },
+        ],
+        decisions: vec![
+            decision(1, None, "", "", Outcome::Paused, "path sdc failed"),
+            decision(
+                2,
+                Some(Knob::MaxSectorsKb),
+                "1280",
+                "512",
+                Outcome::Kept,
+                "large requests split across paths: +92%",
+            ),
+            decision(
+                3,
+                Some(Knob::Selector),
+                "service-time",
+                "round-robin",
+                Outcome::Reverted,
+                "gain 1.2% within noise",
+            ),
+        ],
+        decision_counts: vec![
+            ("kept".into(), 1),
+            ("reverted".into(), 1),
+            ("paused".into(), 1),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::{BTreeMap, BTreeSet},
+        io::{Read, Write},
+    };
+
+    use super::*;
+
+    fn families(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
+        let mut types = BTreeMap::new();
+        let mut helps = Vec::new();
+        for l in text.lines() {
+            if let Some(r) = l.strip_prefix("# TYPE ") {
+                let (n, t) = r.split_once(' ').unwrap();
+                assert!(
+                    types.insert(n.to_string(), t.to_string()).is_none(),
+                    "{n} twice"
+                );
+            } else if let Some(r) = l.strip_prefix("# HELP ") {
+                helps.push(r.split_once(' ').unwrap().0.to_string());
+            }
+        }
+        (types, helps)
+    }
+
+    /// The family a sample name belongs to, given the declared families.
+    fn family_of<'a>(types: &'a BTreeMap<String, String>, sample: &str) -> Option<&'a str> {
+        if types.contains_key(sample) {
+            return types.get_key_value(sample).map(|(k, _)| k.as_str());
+        }
+        ["_bucket", "_sum", "_count"].iter().find_map(|suf| {
+            let base = sample.strip_suffix(suf)?;
+            let (name, kind) = types.get_key_value(base)?;
+            (kind == "histogram").then_some(name.as_str())
+        })
+    }
+
+    #[test]
+    fn exposition_parses_and_follows_the_conventions() {
+        let text = render(&example_status());
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("parses as Prometheus text");
+        // Histograms count as one sample each here.
+        assert!(scrape.samples.len() > 80, "{}", scrape.samples.len());
+
+        let (types, helps) = families(&text);
+        let help_set: BTreeSet<&String> = helps.iter().collect();
+        assert_eq!(help_set.len(), helps.len(), "a HELP twice");
+        for (name, kind) in &types {
+            assert!(help_set.contains(name), "{name} has no HELP");
+            assert!(name.starts_with("pathpilot_"), "{name}");
+            assert_eq!(
+                kind == "counter",
+                name.ends_with("_total"),
+                "{name} is a {kind}"
+            );
+        }
+        // Every sample belongs to a declared family, and a family's samples
+        // are contiguous (the format requires one group per family).
+        let mut seen: Vec<&str> = Vec::new();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let fam = family_of(&types, name).unwrap_or_else(|| panic!("undeclared: {l}"));
+            if seen.last() != Some(&fam) {
+                assert!(!seen.contains(&fam), "{fam} is split");
+                seen.push(fam);
+            }
+        }
+
+        // Histograms: cumulative, ending with +Inf equal to _count.
+        let mut hists = 0;
+        for s in &scrape.samples {
+            if let prometheus_parse::Value::Histogram(buckets) = &s.value {
+                hists += 1;
+                let counts: Vec<f64> = buckets.iter().map(|b| b.count).collect();
+                assert!(
+                    counts.windows(2).all(|w| w[0] <= w[1]),
+                    "{}: {counts:?}",
+                    s.metric
+                );
+                let last = buckets.last().unwrap();
+                assert!(last.less_than.is_infinite(), "{}", s.metric);
+            }
+        }
+        assert!(hists >= 4, "{hists}");
+        // The same check on the text, series by series.
+        let mut inf = BTreeMap::new();
+        let mut count = BTreeMap::new();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            if let Some(rest) = series.split_once("_bucket{") {
+                if rest.1.contains("le=\"+Inf\"") {
+                    let key = format!("{}{{{}", rest.0, rest.1.replace(",le=\"+Inf\"", ""));
+                    inf.insert(key, v.to_string());
+                }
+            } else if let Some((name, labels)) = series.split_once("_count{")
+                && types.get(name).is_some_and(|t| t == "histogram")
+            {
+                count.insert(format!("{name}{{{labels}"), v.to_string());
+            }
+        }
+        assert!(!inf.is_empty());
+        assert_eq!(inf, count);
+    }
+
+    #[test]
+    fn figures_are_right() {
+        let text = render(&example_status());
+        let has = |l: &str| assert!(text.lines().any(|x| x == l), "missing {l}\n{text}");
+        let a = r#"map="mpatha",wwid="36001405aaaa\"quoted\\""#;
+        has(&format!("pathpilot_map_read_bytes_total{{{a}}} 19660800"));
+        has(&format!(r#"pathpilot_map_ios_total{{{a},dir="write"}} 30"#));
+        has(&format!(r#"pathpilot_path_up{{{a},path="sdc"}} 0"#));
+        has(&format!(r#"pathpilot_path_checker_ok{{{a},path="sdb"}} 1"#));
+        has(&format!(
+            r#"pathpilot_path_share_ratio{{{a},path="sdb"}} 0.75"#
+        ));
+        has(&format!(
+            r#"pathpilot_map_knob{{{a},knob="max_sectors_kb"}} 512"#
+        ));
+        has(&format!(
+            r#"pathpilot_map_selector_info{{{a},selector="service-time"}} 1"#
+        ));
+        has(r#"pathpilot_map_tuner_paused{map="mpathb",wwid="36001405bbbb"} 1"#);
+        has(r#"pathpilot_tuner_decisions_total{outcome="kept"} 1"#);
+        has(r#"pathpilot_tuner_decisions_total{outcome="budget"} 0"#);
+        // A 4 KiB request is at or below 8191 but not 4095; 64 KiB ones
+        // from 131071 on.
+        let b = format!("pathpilot_map_request_size_bytes_bucket{{{a}");
+        has(&format!(r#"{b},le="4095"}} 0"#));
+        has(&format!(r#"{b},le="8191"}} 30"#));
+        has(&format!(r#"{b},le="131071"}} 330"#));
+        has(&format!(r#"{b},le="+Inf"}} 330"#));
+        // Latency: the [2^40 ns, ...) outlier is only in +Inf.
+        let b = format!("pathpilot_map_latency_seconds_bucket{{{a}");
+        has(&format!(r#"{b},le="0.000001024"}} 1"#));
+        has(&format!(r#"{b},le="0.000262144"}} 181"#));
+        has(&format!(r#"{b},le="17.179869184"}} 331"#));
+        has(&format!(r#"{b},le="+Inf"}} 332"#));
+        has(&format!("pathpilot_map_latency_seconds_sum{{{a}}} 0.132"));
+        // The map without settings has no knob series but its families.
+        assert!(!text.contains(r#"pathpilot_map_knob{map="mpathb""#));
+    }
+
+    #[test]
+    fn empty_status_still_declares_every_family() {
+        let full = families(&render(&example_status())).0;
+        let empty = families(&render(&DaemonStatus::default())).0;
+        assert_eq!(full, empty);
+        prometheus_parse::Scrape::parse(
+            render(&DaemonStatus::default())
+                .lines()
+                .map(|l| Ok(l.to_string())),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn escaping_and_numbers() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(num(f64::NAN), "NaN");
+        assert_eq!(num(f64::INFINITY), "+Inf");
+        assert_eq!(num(0.5), "0.5");
+        assert_eq!(num(1e21), "1000000000000000000000");
+        assert_eq!(labels_with(r#"{a="1"}"#, &[("b", "2")]), r#"{a="1",b="2"}"#);
+        assert_eq!(labels_with("", &[("b", "2")]), r#"{b="2"}"#);
+    }
+
+    /// Every metric the Grafana dashboard queries is one `render` produces.
+    #[test]
+    fn grafana_uses_only_exported_metrics() {
+        let json = include_str!("../../../dashboards/grafana/pathpilot.json");
+        let dash: serde_json::Value = serde_json::from_str(json).expect("the dashboard is JSON");
+        assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 5));
+        let (types, _) = families(&render(&example_status()));
+        let re = regex_lite::Regex::new(r"pathpilot_[a-z_]+").unwrap();
+        let mut used = BTreeSet::new();
+        // Only the query expressions: titles and descriptions may say anything.
+        fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, x) in m {
+                        match (k.as_str(), x) {
+                            ("expr" | "query" | "definition", serde_json::Value::String(s)) => {
+                                out.push(s.clone())
+                            }
+                            (_, x) => exprs(x, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        exprs(&dash, &mut all);
+        for e in &all {
+            for m in re.find_iter(e) {
+                used.insert(m.as_str().to_string());
+            }
+        }
+        assert!(used.len() >= 8, "{used:?}");
+        for name in &used {
+            assert!(family_of(&types, name).is_some(), "{name} is not exported");
+        }
+    }
+
+    #[test]
+    fn http_serves_metrics_only() {
+        let (shared, _rx) = Shared::new(example_status());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+                tx.send(l.local_addr().unwrap()).unwrap();
+                serve_listener(l, shared).await
+            })
+        });
+        let addr = rx.recv().unwrap();
+        let get = |req: &[u8]| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let _ = s.write_all(req);
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let r = get(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.contains("Content-Type: text/plain; version=0.0.4"), "{r}");
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        assert_eq!(body, render(&example_status()));
+        let r = get(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        let r = get(b"GET / HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+        let r = get(b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        let r = get(b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
+        let mut big = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 20_000));
+        let r = get(&big);
+        assert!(r.starts_with("HTTP/1.1 431"), "{r}");
+        // A client that sends nothing does not stop the next one.
+        let _idle = std::net::TcpStream::connect(addr).unwrap();
+        let r = get(b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+    }
+}

@@ -1,0 +1,13 @@
+//! `pathpilot daemon`: owns the multipath maps, watches every path, checks
+//! them, and tunes each map (see the module docs of each part).
+pub mod actuator;
+pub mod checker;
+pub mod client;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod protocol;
+pub mod run;
+pub mod shared;
+pub mod socket;
+pub mod status;

@@ -1,0 +1,157 @@
+//! The control socket's protocol: one JSON object per line each way.
+//!
+//! Request: `{"cmd": "status"}`, `{"cmd": "log", "since": 12}`,
+//! `{"cmd": "pause", "map": "mpatha"}`, ... (see [`Request`]).
+//! Response: `{"ok": true, "data": ...}` or
+//! `{"ok": false, "code": "not_found", "error": "no map 'mpathz'"}`.
+use serde::{Deserialize, Serialize};
+
+use crate::tuner::Mode;
+
+/// The longest request line accepted; longer lines get an error and the
+/// connection is closed (a client must not make the daemon buffer forever).
+pub const MAX_LINE: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Everything: maps, paths, figures, tuner states, recent decisions.
+    Status,
+    /// Decisions with a sequence number above `since` (all kept if absent).
+    Log {
+        #[serde(default)]
+        since: Option<u64>,
+    },
+    /// Stop tuning a map (the figures and the checker go on).
+    Pause {
+        map: String,
+    },
+    Resume {
+        map: String,
+    },
+    /// Fail or reinstate a path by kernel name or maj:min (dm message).
+    Fail {
+        path: String,
+    },
+    Reinstate {
+        path: String,
+    },
+    /// Change the tuner mode of one map, or of all when `map` is absent.
+    Mode {
+        mode: Mode,
+        #[serde(default)]
+        map: Option<String>,
+    },
+}
+
+impl Request {
+    /// Whether the request changes anything (root only).
+    pub fn is_change(&self) -> bool {
+        !matches!(self, Request::Status | Request::Log { .. })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON, unknown command, missing or bad field, line too long.
+    BadRequest,
+    /// The peer may not do this (not root, or not in the read group).
+    Forbidden,
+    /// No such map or path.
+    NotFound,
+    /// The kernel refused (message EBUSY while suspended, ...).
+    Kernel,
+    /// The daemon is stopping or the engine did not answer in time.
+    Unavailable,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    pub fn ok(data: serde_json::Value) -> Self {
+        Response {
+            ok: true,
+            data: Some(data),
+            code: None,
+            error: None,
+        }
+    }
+
+    pub fn err(code: ErrorCode, msg: impl Into<String>) -> Self {
+        Response {
+            ok: false,
+            data: None,
+            code: Some(code),
+            error: Some(msg.into()),
+        }
+    }
+}
+
+/// Parses one request line, with an error a client can act on.
+pub fn parse(line: &str) -> Result<Request, Response> {
+    serde_json::from_str(line).map_err(|e| {
+        let what = if serde_json::from_str::<serde_json::Value>(line).is_err() {
+            format!("not JSON: {e}")
+        } else {
+            format!("bad request: {e}")
+        };
+        Response::err(ErrorCode::BadRequest, what)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse(r#"{"cmd":"status"}"#).unwrap(), Request::Status);
+        assert_eq!(
+            parse(r#"{"cmd":"pause","map":"mpatha"}"#).unwrap(),
+            Request::Pause {
+                map: "mpatha".into()
+            }
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"mode","mode":"advise"}"#).unwrap(),
+            Request::Mode {
+                mode: Mode::Advise,
+                map: None
+            }
+        );
+        assert!(parse(r#"{"cmd":"log"}"#).is_ok());
+    }
+
+    #[test]
+    fn bad_requests_say_why() {
+        let e = parse("hello").unwrap_err();
+        assert_eq!(e.code, Some(ErrorCode::BadRequest));
+        assert!(e.error.unwrap().starts_with("not JSON"));
+        let e = parse(r#"{"cmd":"explode"}"#).unwrap_err();
+        assert!(
+            e.error.unwrap().contains("unknown variant"),
+            "names the bad command"
+        );
+        let e = parse(r#"{"cmd":"pause"}"#).unwrap_err();
+        assert!(e.error.unwrap().contains("map"));
+        let e = parse(r#"{"cmd":"pause","map":"a","extra":1}"#).unwrap_err();
+        assert!(e.error.unwrap().contains("extra"));
+    }
+
+    #[test]
+    fn changes_are_marked() {
+        assert!(!Request::Status.is_change());
+        assert!(!Request::Log { since: None }.is_change());
+        assert!(Request::Fail { path: "sda".into() }.is_change());
+    }
+}

@@ -1,0 +1,129 @@
+//! The daemon's view of the world, as served over the control socket and
+//! rendered as metrics: the engine publishes a fresh [`DaemonStatus`] after
+//! every window; readers never wait on the engine.
+use serde::{Deserialize, Serialize};
+
+use crate::tuner::{Decision, Mode, Settings};
+
+/// Cumulative counters of a device since the daemon started watching it
+/// (Prometheus counters and histograms are built from these).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+    pub merges: u64,
+    /// Cumulative request sizes: (bucket lower bound in bytes, count).
+    pub size_hist: Vec<(u64, u64)>,
+    /// Cumulative latencies: (bucket lower bound in ns, count).
+    pub lat_hist: Vec<(u64, u64)>,
+    pub lat_sum_ns: u64,
+}
+
+/// One window's figures of a device (a subset of `pathpilot stat --json`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    pub interval_s: f64,
+    pub iops: f64,
+    pub read_mib_s: f64,
+    pub write_mib_s: f64,
+    pub avg_request_kib: f64,
+    pub merge_pct: f64,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub inflight: u64,
+    pub inflight_max: u64,
+    pub util_pct: Option<f64>,
+    pub seq_pct: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathState {
+    /// Kernel name (`sdb`).
+    pub name: String,
+    /// `maj:min`.
+    pub dev: String,
+    pub hctl: String,
+    /// 1-based priority group.
+    pub group: usize,
+    /// The kernel's view: "active" or "failed".
+    pub dm_state: String,
+    pub fail_count: u32,
+    /// The checker's view: "ready", "faulty", "timeout", "checking", "-".
+    pub checker: String,
+    /// Duration of the last completed check, ms.
+    pub checker_ms: Option<f64>,
+    /// service-time relative_throughput, when the selector has one.
+    pub weight: Option<u32>,
+    /// This path's share of the map's bytes in the last window, percent.
+    pub share_pct: f64,
+    pub rates: Rates,
+    pub totals: Totals,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MapState {
+    pub name: String,
+    pub wwid: String,
+    /// `dm-N` and `maj:min`.
+    pub dm_name: String,
+    pub dev: String,
+    pub vendor_model: String,
+    pub size_sectors: u64,
+    /// Whether pathpilot manages the map (created or adopted) or only
+    /// observes it, and why not.
+    pub managed: bool,
+    pub unmanaged_reason: Option<String>,
+    pub selector: String,
+    pub features: String,
+    pub hwhandler: String,
+    /// "ok", "degraded", "queueing", "no paths".
+    pub state: String,
+    pub mode: Option<Mode>,
+    /// The tuner's state word (tune, advise, observe, paused, trying).
+    pub tuner: String,
+    pub paused: bool,
+    /// The workload class of the last window.
+    pub class: Option<String>,
+    /// The honoured knobs as last read back from the kernel.
+    pub settings: Option<Settings>,
+    pub rates: Rates,
+    pub totals: Totals,
+    pub paths: Vec<PathState>,
+    /// Bytes submitted to the map per cgroup id in the last window.
+    pub cgroups: Vec<(u64, u64)>,
+}
+
+/// A decision as logged by the daemon: the tuner's, stamped.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoggedDecision {
+    /// Monotonic sequence number, for `log --follow`.
+    pub seq: u64,
+    /// Wall-clock time, seconds since the epoch.
+    pub unix: f64,
+    #[serde(flatten)]
+    pub decision: Decision,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DaemonStatus {
+    pub version: String,
+    pub pid: u32,
+    pub mode: Option<Mode>,
+    pub started_unix: f64,
+    pub config: String,
+    /// Window of the tuner and of the figures, seconds.
+    pub window_s: f64,
+    /// A running multipathd, if any ("pid N"): its maps are left alone.
+    pub multipathd: Option<String>,
+    pub maps: Vec<MapState>,
+    /// The last decisions (newest last), at most `LOG_KEEP`.
+    pub decisions: Vec<LoggedDecision>,
+    /// Tuner decisions counted since start, by outcome (for metrics).
+    pub decision_counts: Vec<(String, u64)>,
+}
+
+/// How many decisions the daemon keeps in memory for the socket.
+pub const LOG_KEEP: usize = 1000;

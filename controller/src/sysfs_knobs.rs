@@ -1,0 +1,291 @@
+//! The block-layer knobs a current kernel honours for multipath (DESIGN.md
+//! section 1): the dm device's `queue/nr_requests`, `queue/scheduler`,
+//! `queue/max_sectors_kb`, and each SCSI path's `device/queue_depth`.
+//! Every write is read back; what is reported is what the kernel kept.
+use std::{
+    fmt, fs,
+    io::{ErrorKind, Write},
+    path::{Path, PathBuf},
+    str::FromStr,
+};
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    NrRequests,
+    Scheduler,
+    MaxSectorsKb,
+    QueueDepth,
+}
+
+impl Knob {
+    pub fn name(self) -> &'static str {
+        match self {
+            Knob::NrRequests => "nr_requests",
+            Knob::Scheduler => "scheduler",
+            Knob::MaxSectorsKb => "max_sectors_kb",
+            Knob::QueueDepth => "queue_depth",
+        }
+    }
+
+    /// Whether the knob belongs to a path (SCSI device) rather than a map.
+    pub fn per_path(self) -> bool {
+        self == Knob::QueueDepth
+    }
+
+    /// The attribute under `/sys/class/block/<dev>/`.
+    pub fn attr(self) -> &'static str {
+        match self {
+            Knob::NrRequests => "queue/nr_requests",
+            Knob::Scheduler => "queue/scheduler",
+            Knob::MaxSectorsKb => "queue/max_sectors_kb",
+            Knob::QueueDepth => "device/queue_depth",
+        }
+    }
+}
+
+impl fmt::Display for Knob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `knob=value` as the user writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    pub knob: Knob,
+    pub value: String,
+}
+
+impl FromStr for Setting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("'{s}': expected KNOB=VALUE"))?;
+        let knob = match k {
+            "nr_requests" => Knob::NrRequests,
+            "scheduler" => Knob::Scheduler,
+            "max_sectors_kb" => Knob::MaxSectorsKb,
+            "queue_depth" => Knob::QueueDepth,
+            _ => {
+                return Err(format!(
+                    "unknown knob '{k}' (nr_requests, scheduler, max_sectors_kb, queue_depth)"
+                ));
+            }
+        };
+        let ok = match knob {
+            Knob::Scheduler => {
+                !v.is_empty()
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            }
+            _ => v.parse::<u32>().is_ok_and(|n| n > 0),
+        };
+        if !ok {
+            return Err(match knob {
+                Knob::Scheduler => format!("'{v}' is not a scheduler name"),
+                _ => format!("{k} must be a positive integer, not '{v}'"),
+            });
+        }
+        Ok(Setting {
+            knob,
+            value: v.to_string(),
+        })
+    }
+}
+
+/// What happened to a write, judged by the read-back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Outcome {
+    /// Reads back as written.
+    Applied,
+    /// The kernel kept a different value (clamped, rounded or ignored).
+    Adjusted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub device: String,
+    pub knob: Knob,
+    pub before: String,
+    pub requested: String,
+    pub after: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl Applied {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        match self.outcome {
+            Outcome::Applied if self.before == self.after => format!(
+                "{} {}: {} (already set)",
+                self.device, self.knob, self.after
+            ),
+            Outcome::Applied => format!(
+                "{} {}: {} -> {} (applied)",
+                self.device, self.knob, self.before, self.after
+            ),
+            Outcome::Adjusted => format!(
+                "{} {}: requested {}, the kernel kept {} (was {})",
+                self.device, self.knob, self.requested, self.after, self.before
+            ),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KnobError {
+    #[error("writing {path} needs root")]
+    NotRoot { path: PathBuf },
+    #[error("{device} has no {knob} ({path} is missing)")]
+    Missing {
+        device: String,
+        knob: Knob,
+        path: PathBuf,
+    },
+    #[error("{device}: scheduler '{requested}' is not available (available: {available})")]
+    UnknownScheduler {
+        device: String,
+        requested: String,
+        available: String,
+    },
+    #[error("the kernel refused {knob}={value} on {device}: {err}")]
+    Refused {
+        device: String,
+        knob: Knob,
+        value: String,
+        err: std::io::Error,
+    },
+}
+
+/// The current value, as the knob means it (the scheduler in brackets).
+pub fn read(device: &str, knob: Knob) -> Result<String, KnobError> {
+    let path = attr_path(device, knob);
+    let raw = fs::read_to_string(&path).map_err(|_| KnobError::Missing {
+        device: device.into(),
+        knob,
+        path: path.clone(),
+    })?;
+    Ok(match knob {
+        Knob::Scheduler => selected_scheduler(&raw).unwrap_or_else(|| raw.trim().to_string()),
+        _ => raw.trim().to_string(),
+    })
+}
+
+fn attr_path(device: &str, knob: Knob) -> PathBuf {
+    Path::new("/sys/class/block").join(device).join(knob.attr())
+}
+
+/// `mq-deadline` from `[mq-deadline] kyber none`.
+pub fn selected_scheduler(s: &str) -> Option<String> {
+    let start = s.find('[')?;
+    let end = s[start..].find(']')? + start;
+    Some(s[start + 1..end].to_string())
+}
+
+/// The schedulers listed as available.
+pub fn available_schedulers(s: &str) -> Vec<String> {
+    s.split_whitespace()
+        .map(|t| t.trim_matches(|c| c == '[' || c == ']').to_string())
+        .collect()
+}
+
+/// Writes `value` to `device`'s knob and reads it back.
+pub fn write(device: &str, knob: Knob, value: &str) -> Result<Applied, KnobError> {
+    let path = attr_path(device, knob);
+    let before = read(device, knob)?;
+    if knob == Knob::Scheduler {
+        let raw = fs::read_to_string(&path).unwrap_or_default();
+        let avail = available_schedulers(&raw);
+        if !avail.iter().any(|a| a == value) {
+            return Err(KnobError::UnknownScheduler {
+                device: device.into(),
+                requested: value.into(),
+                available: avail.join(", "),
+            });
+        }
+    }
+    let res = fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(value.as_bytes()));
+    if let Err(err) = res {
+        return Err(match err.kind() {
+            ErrorKind::PermissionDenied => KnobError::NotRoot { path },
+            _ => KnobError::Refused {
+                device: device.into(),
+                knob,
+                value: value.into(),
+                err,
+            },
+        });
+    }
+    let after = read(device, knob)?;
+    let outcome = if after == value {
+        Outcome::Applied
+    } else {
+        Outcome::Adjusted
+    };
+    Ok(Applied {
+        device: device.into(),
+        knob,
+        before,
+        requested: value.into(),
+        after,
+        outcome,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_refuse() {
+        let s: Setting = "nr_requests=64".parse().unwrap();
+        assert_eq!((s.knob, s.value.as_str()), (Knob::NrRequests, "64"));
+        let s: Setting = "scheduler=mq-deadline".parse().unwrap();
+        assert_eq!(s.knob, Knob::Scheduler);
+        assert!(
+            "queue_depth=0"
+                .parse::<Setting>()
+                .unwrap_err()
+                .contains("positive")
+        );
+        assert!("nr_requests=-1".parse::<Setting>().is_err());
+        assert!(
+            "rr_min_io=1"
+                .parse::<Setting>()
+                .unwrap_err()
+                .contains("unknown knob")
+        );
+        assert!("scheduler=a b".parse::<Setting>().is_err());
+        assert!("nr_requests".parse::<Setting>().is_err());
+    }
+
+    #[test]
+    fn scheduler_files() {
+        assert_eq!(
+            selected_scheduler("[mq-deadline] kyber none\n").as_deref(),
+            Some("mq-deadline")
+        );
+        assert_eq!(selected_scheduler("none").as_deref(), None);
+        assert_eq!(
+            available_schedulers("mq-deadline [none]"),
+            ["mq-deadline", "none"]
+        );
+    }
+
+    #[test]
+    fn missing_devices_are_reported_as_missing() {
+        assert!(matches!(
+            read("no-such-dev", Knob::NrRequests),
+            Err(KnobError::Missing { .. })
+        ));
+    }
+}

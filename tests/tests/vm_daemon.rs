@@ -1,0 +1,276 @@
+//! `pathpilot daemon` against real dm-multipath in the VM: it tunes
+//! unequal paths to what the best static setting gets, observe mode changes
+//! nothing, a pulled path pauses tuning without I/O errors, and bad input on
+//! the control socket leaves it serving.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use pathpilot_tests::{
+    boot_or_skip,
+    vm::{Testbed, TestbedExt, multipath_table},
+};
+
+/// A config for fast tests: 2 s windows, short settle and hold times.
+fn config(mode: &str, selector: &str) -> String {
+    format!(
+        r#"mode = "{mode}"
+window_secs = 2
+metrics = "off"
+[maps]
+selector = "{selector}"
+[checker]
+interval_secs = 1
+timeout_secs = 4
+[tuner]
+windows = 2
+settle_windows = 1
+reload_min_interval_secs = 2
+flap_hold_secs = 6
+"#
+    )
+}
+
+fn start_daemon(tb: &Testbed, cfg: &str) -> Result<()> {
+    tb.sh(&format!(
+        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/test.toml <<'EOF'\n{cfg}EOF\n\
+         (pathpilot daemon --config /etc/pathpilot/test.toml > /tmp/daemon.log 2>&1 &)"
+    ))?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if tb
+            .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null")?
+            .success()
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    bail!(
+        "the daemon did not come up:\n{}",
+        tb.sh("cat /tmp/daemon.log")?
+    )
+}
+
+fn status(tb: &Testbed) -> Result<serde_json::Value> {
+    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
+    let v: serde_json::Value = serde_json::from_str(out.trim()).context("status JSON")?;
+    Ok(v["data"].clone())
+}
+
+/// MiB/s of `secs` of 64 KiB random reads at QD16 on `dev`.
+fn randread_mib(tb: &Testbed, dev: &str, secs: u32) -> Result<f64> {
+    let out = tb.sh(&format!(
+        "fio --name=r --filename={dev} --rw=randread --bs=64k --direct=1 --ioengine=libaio \
+         --iodepth=16 --ramp_time=1 --runtime={secs} --time_based --output-format=terse \
+         --terse-version=3 2>&1"
+    ))?;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .with_context(|| out.clone())?;
+    let kib: f64 = line.split(';').nth(6).context("short fio line")?.parse()?;
+    Ok(kib / 1024.0)
+}
+
+#[test]
+fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
+    let tb = boot_or_skip!(
+        Testbed::builder()
+            .paths(4)
+            .caps_mib(&[10.0, 20.0, 40.0, 80.0])
+    );
+    let disks = tb.disks()?;
+    let devs: Vec<&str> = disks.iter().map(|d| d.dev.as_str()).collect();
+    let sectors: u64 = tb.sh("blockdev --getsz /dev/sda")?.trim().parse()?;
+    // The grid: every static setting of the same knobs, in this VM run.
+    let mut grid = vec![];
+    let rr = multipath_table(sectors, "round-robin", &devs);
+    tb.sh(&format!(
+        "DM_DISABLE_UDEV=1 dmsetup create grid --table '{rr}'"
+    ))?;
+    for (name, table) in [
+        ("round-robin", rr.clone()),
+        (
+            "queue-length",
+            multipath_table(sectors, "queue-length", &devs),
+        ),
+        (
+            "service-time",
+            multipath_table(sectors, "service-time", &devs),
+        ),
+        (
+            "service-time 13:25:50:100",
+            format!(
+                "0 {sectors} multipath 0 0 1 1 service-time 0 4 2 {} 1 13 {} 1 25 {} 1 50 {} 1 100",
+                devs[0], devs[1], devs[2], devs[3]
+            ),
+        ),
+    ] {
+        tb.sh(&format!(
+            "export DM_DISABLE_UDEV=1; dmsetup load grid --table '{table}' && dmsetup suspend grid && dmsetup resume grid"
+        ))?;
+        let mib = randread_mib(&tb, "/dev/mapper/grid", 5)?;
+        eprintln!("grid: {name}: {mib:.1} MiB/s");
+        grid.push((name, mib));
+    }
+    tb.sh("DM_DISABLE_UDEV=1 dmsetup remove grid")?;
+    let (best_name, best) = grid
+        .iter()
+        .cloned()
+        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+
+    // The daemon creates a round-robin map and tunes it under the same load.
+    start_daemon(&tb, &config("tune", "round-robin"))?;
+    let s = status(&tb)?;
+    assert_eq!(s["maps"][0]["name"], "mpatha", "{s}");
+    let dm = s["maps"][0]["dm_name"]
+        .as_str()
+        .context("dm name")?
+        .to_string();
+    assert!(tb.sh("dmsetup table mpatha")?.contains("round-robin"));
+    let t0 = Instant::now();
+    let load = tb.spawn(&format!(
+        "fio --name=l --filename=/dev/{dm} --rw=randread --bs=64k --direct=1 --ioengine=libaio \
+         --iodepth=16 --runtime=50 --time_based --output=/dev/null"
+    ))?;
+    tb.wait_job(&load, Duration::from_secs(90))?;
+    let tuned = randread_mib(&tb, &format!("/dev/{dm}"), 6)?;
+    let table = tb.sh("dmsetup table mpatha")?;
+    let log = tb.sh("pathpilot log")?;
+    eprintln!(
+        "tuned in {:.0} s: {tuned:.1} MiB/s vs best static {best_name} {best:.1}\ntable: {table}\n{log}",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        !table.contains("round-robin"),
+        "round-robin is not kept: {table}\n{log}"
+    );
+    assert!(
+        tuned >= 0.9 * best,
+        "tuned {tuned:.1} MiB/s < 90% of the best static setting ({best_name}, {best:.1}):\n{log}"
+    );
+    assert!(log.contains("[kept]"), "{log}");
+    // Every kept change reads back from the kernel as logged.
+    let s = status(&tb)?;
+    assert_eq!(
+        s["maps"][0]["settings"]["selector"],
+        table.split_whitespace().nth(8).unwrap_or("")
+    );
+    Ok(())
+}
+
+#[test]
+fn observe_mode_changes_nothing() -> Result<()> {
+    let tb = boot_or_skip!(Testbed::builder().paths(2).caps_mib(&[20.0, 20.0]));
+    tb.sh("pathpilot create --all --selector round-robin >/dev/null")?;
+    let snap = "dmsetup table; dmsetup status | cut -d' ' -f1-3; \
+                for f in max_sectors_kb nr_requests scheduler; do cat /sys/block/dm-0/queue/$f; done; \
+                cat /sys/block/sd*/device/queue_depth /sys/block/sd*/queue/nr_requests";
+    let before = tb.sh(snap)?;
+    start_daemon(&tb, &config("observe", "service-time"))?;
+    tb.sh(
+        "fio --name=o --filename=/dev/dm-0 --rw=randread --bs=64k --direct=1 --ioengine=libaio \
+         --iodepth=16 --runtime=60 --time_based --output=/dev/null",
+    )?;
+    let s = status(&tb)?;
+    let after = tb.sh(snap)?;
+    assert_eq!(before, after, "observe mode changed the map or its knobs");
+    // It did watch: the figures of the load are there, and no decision.
+    assert!(
+        s["maps"][0]["totals"]["read_bytes"].as_u64().unwrap_or(0) > 100 << 20,
+        "{s}"
+    );
+    assert_eq!(s["decisions"].as_array().map_or(0, |d| d.len()), 0, "{s}");
+    Ok(())
+}
+
+#[test]
+fn a_pulled_path_pauses_tuning_without_io_errors() -> Result<()> {
+    let tb = boot_or_skip!(Testbed::builder().paths(3).caps_mib(&[20.0, 20.0, 20.0]));
+    start_daemon(&tb, &config("tune", "round-robin"))?;
+    // Writes with verification, across the pull and the return.
+    let load = tb.spawn(
+        "fio --name=v --filename=/dev/mapper/mpatha --rw=randwrite --bs=64k --direct=1 \
+         --ioengine=libaio --iodepth=8 --size=256m --time_based --runtime=40 --verify=crc32c \
+         --verify_fatal=1 --output-format=terse --terse-version=3 2>&1",
+    )?;
+    std::thread::sleep(Duration::from_secs(8));
+    let t_pull = Instant::now();
+    tb.pull_path(1)?;
+    // The daemon sees the path go (kernel failure or rescan) and pauses.
+    let mut paused = false;
+    while t_pull.elapsed() < Duration::from_secs(15) && !paused {
+        let s = status(&tb)?;
+        paused = s["maps"][0]["tuner"] == "paused";
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        paused,
+        "tuning paused after the pull: {}",
+        tb.sh("cat /tmp/daemon.log")?
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    tb.restore_path(1)?;
+    let out = tb.wait_job(&load, Duration::from_secs(120))?;
+    assert!(out.success(), "fio failed: {}", out.stdout_str());
+    let terse = out.stdout_str();
+    let line = terse
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .context("fio terse")?;
+    let err: u64 = line.split(';').nth(4).context("fio error field")?.parse()?;
+    assert_eq!(err, 0, "fio saw an I/O or verify error: {line}");
+    // The returned disk (a new name) joined the map, and tuning resumed.
+    let t = Instant::now();
+    let mut ok = false;
+    while t.elapsed() < Duration::from_secs(30) && !ok {
+        let s = status(&tb)?;
+        let paths = s["maps"][0]["paths"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        ok = paths.len() == 3
+            && paths.iter().all(|p| p["dm_state"] == "active")
+            && s["maps"][0]["tuner"] != "paused";
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = tb.sh("cat /tmp/daemon.log; pathpilot log")?;
+    assert!(ok, "the path came back and tuning resumed:\n{log}");
+    assert!(
+        log.contains("[paused]") && log.contains("[resumed]"),
+        "{log}"
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_socket_input_leaves_the_daemon_serving() -> Result<()> {
+    let tb = boot_or_skip!(Testbed::builder().paths(2));
+    start_daemon(&tb, &config("tune", "service-time"))?;
+    for (req, code) in [
+        ("this is not json", 2),
+        ("{\"cmd\":\"explode\"}", 2),
+        ("{\"cmd\":\"pause\"}", 2),
+        ("{\"cmd\":\"pause\",\"map\":\"nosuch\"}", 3),
+        ("{\"cmd\":\"fail\",\"path\":\"sdz\"}", 3),
+    ] {
+        let o = tb.run(&format!("pathpilot ctl '{req}'"))?;
+        assert_eq!(o.code, code, "{req}: {}{}", o.stdout_str(), o.stderr_str());
+        assert!(
+            o.stdout_str().contains("\"ok\":false"),
+            "{req}: {}",
+            o.stdout_str()
+        );
+    }
+    // A very long line is refused and the connection dropped, not buffered.
+    let o = tb.run("pathpilot ctl \"$(head -c 100000 /dev/zero | tr '\\0' x)\"")?;
+    assert_ne!(o.code, 0);
+    // Still serving, and a real change works.
+    let o = tb.sh("pathpilot ctl '{\"cmd\":\"pause\",\"map\":\"mpatha\"}'")?;
+    assert!(o.contains("\"paused\":true"), "{o}");
+    assert_eq!(status(&tb)?["maps"][0]["tuner"], "paused");
+    let o = tb.sh("pathpilot ctl '{\"cmd\":\"fail\",\"path\":\"sda\"}'")?;
+    assert!(o.contains("\"dm_state\":\"failed\""), "{o}");
+    assert!(tb.sh("dmsetup status mpatha")?.contains(" F "));
+    Ok(())
+}
