@@ -81,6 +81,9 @@ struct PathEntry {
     hctl: String,
     /// The kernel's last word on it (from the map status).
     dm_failed: bool,
+    /// Failed by an operator (socket `fail`): stays failed, whatever the
+    /// checker says, until an operator reinstates it.
+    admin_failed: bool,
     fail_count: u32,
     group: usize,
     totals: Totals,
@@ -320,6 +323,7 @@ impl Engine {
                     name,
                     dev: p.dev,
                     dm_failed: false,
+                    admin_failed: false,
                     fail_count: 0,
                     group: gi + 1,
                     totals: Totals::default(),
@@ -615,7 +619,7 @@ impl Engine {
             let dev = m.paths[pi].dev;
             let msg = if c.to.is_bad() {
                 Message::FailPath(dev)
-            } else if c.to == Verdict::Ready && m.paths[pi].dm_failed {
+            } else if c.to == Verdict::Ready && m.paths[pi].dm_failed && !m.paths[pi].admin_failed {
                 Message::ReinstatePath(dev)
             } else {
                 continue;
@@ -636,6 +640,7 @@ impl Engine {
             }
             for p in &mut m.paths {
                 if p.dm_failed
+                    && !p.admin_failed
                     && self.checkers.verdict(&p.name) == Verdict::Ready
                     && self
                         .dm
@@ -752,6 +757,7 @@ impl Engine {
                             name,
                             dev,
                             dm_failed: false,
+                            admin_failed: false,
                             fail_count: 0,
                             group: 1,
                             totals: Totals::default(),
@@ -998,17 +1004,19 @@ impl Engine {
                 format!("'{path}' is not a path of any map"),
             );
         };
-        let m = &self.maps[mi];
-        let p = &m.paths[pi];
-        let msg = if fail {
-            Message::FailPath(p.dev)
-        } else {
-            Message::ReinstatePath(p.dev)
+        let (map, name, dev) = {
+            let m = &self.maps[mi];
+            (m.name.clone(), m.paths[pi].name.clone(), m.paths[pi].dev)
         };
-        match self.dm.message(&m.name, &msg) {
+        let msg = if fail {
+            Message::FailPath(dev)
+        } else {
+            Message::ReinstatePath(dev)
+        };
+        match self.dm.message(&map, &msg) {
             Ok(()) => {
-                say!("{}: {} (requested over the socket)", m.name, msg.render());
-                let (name, map) = (p.name.clone(), m.name.clone());
+                say!("{map}: {} (requested over the socket)", msg.render());
+                self.maps[mi].paths[pi].admin_failed = fail;
                 self.refresh_status();
                 let st = self.maps[mi]
                     .paths
@@ -1020,7 +1028,7 @@ impl Engine {
                     "dm_state": if st == Some(true) { "failed" } else { "active" },
                 }))
             }
-            Err(e) => Response::err(ErrorCode::Kernel, format!("{}: {e}", m.name)),
+            Err(e) => Response::err(ErrorCode::Kernel, format!("{map}: {e}")),
         }
     }
 

@@ -568,7 +568,14 @@ impl Tuner {
                 }
             }
         }
-        let caps = w.capacities().filter(|c| c.len() == total_paths);
+        // Round-robin splits requests evenly, so what a path delivers says
+        // nothing of its capacity there: use its busy time instead.
+        let caps = if cur.selector == Selector::RoundRobin {
+            w.capacities()
+        } else {
+            w.delivered()
+        }
+        .filter(|c| c.len() == total_paths);
         let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
         for sel in &self.available_selectors {
             // Round-robin runs every path at the slowest one's pace: not a
@@ -628,7 +635,7 @@ impl Tuner {
             !self.dead.contains(k)
                 && self
                     .tried
-                    .get(&(key.clone(), *k, s.show(*k)))
+                    .get(&(key.clone(), *k, trial_value(*k, s)))
                     .is_none_or(|at| self.last_t - at >= self.cfg.retry_after_s)
         });
         out
@@ -668,7 +675,8 @@ impl Tuner {
                 reason,
                 Outcome::Advised,
             );
-            self.tried.insert((class.key(), knob, new), t);
+            self.tried
+                .insert((class.key(), knob, trial_value(knob, &to)), t);
             self.phase = Phase::Baseline(vec![]);
             return None;
         }
@@ -732,7 +740,8 @@ impl Tuner {
             self.memory
                 .insert(class.key(), (self.current.clone(), after.mean));
             // The value it replaced just lost: no point going back to it.
-            self.tried.insert((class.key(), tr.knob, old), t);
+            self.tried
+                .insert((class.key(), tr.knob, trial_value(tr.knob, &tr.from)), t);
             // The trial's windows are the new baseline: go straight on.
             self.next_trial(t, class, after, _w)
         } else {
@@ -751,7 +760,8 @@ impl Tuner {
                 ),
                 Outcome::Reverted,
             );
-            self.tried.insert((class.key(), tr.knob, new), t);
+            self.tried
+                .insert((class.key(), tr.knob, trial_value(tr.knob, &tr.to)), t);
             self.phase = Phase::Recovering(self.cfg.settle_windows);
             Some(Action {
                 to: tr.from,
@@ -843,6 +853,16 @@ impl Tuner {
             Outcome::Ignored,
         );
         self.phase = Phase::Recovering(self.cfg.settle_windows);
+    }
+}
+
+/// What identifies a trial for "already tried": the value, except for
+/// weights, whose estimate moves a little every window: one weighted trial
+/// per class (and retry period) is enough.
+fn trial_value(k: Knob, s: &Settings) -> String {
+    match k {
+        Knob::Weights if !s.weights.is_empty() => "measured".into(),
+        _ => s.show(k),
     }
 }
 

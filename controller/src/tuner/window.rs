@@ -82,6 +82,14 @@ impl Window {
             })
             .collect()
     }
+
+    /// What each path delivers now, in MiB/s: under a load-aware selector
+    /// at depth, the load already follows capacity, so this is the better
+    /// estimate there (busy time overrates a fast path that is not full).
+    pub fn delivered(&self) -> Option<Vec<f64>> {
+        let v: Vec<f64> = self.paths.iter().map(|p| p.mib_s).collect();
+        (!v.is_empty() && v.iter().all(|m| *m > 0.0)).then_some(v)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
