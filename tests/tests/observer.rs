@@ -108,6 +108,17 @@ fn sequential_and_random_reads_are_classified() {
     let n = (rnd.sequential_ios + rnd.random_ios) as f64;
     assert!(rnd.sequential_ios as f64 <= 0.05 * n, "{rnd:#?}");
     assert_eq!(rnd.size_hist, [(4096, 4096)].into());
+    // Bios, before any merge, show the same patterns.
+    let b = (seq.sequential_bios + seq.random_bios) as f64;
+    assert!(
+        b >= 4096.0 && seq.sequential_bios as f64 >= 0.95 * b,
+        "{seq:#?}"
+    );
+    let b = (rnd.sequential_bios + rnd.random_bios) as f64;
+    assert!(
+        b >= 4096.0 && rnd.sequential_bios as f64 <= 0.05 * b,
+        "{rnd:#?}"
+    );
 }
 
 #[test]

@@ -160,3 +160,21 @@ fn top_shows_what_stat_measures_and_obeys_keys() {
     }
     assert!(!tmux.alive(), "q quits");
 }
+
+#[test]
+fn top_without_daemon_or_root_says_so() {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(pathpilot_bin())
+        .args(["top", "--once", "--socket", "/nonexistent/pathpilot.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no pathpilot daemon") && err.contains("root"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

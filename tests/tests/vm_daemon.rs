@@ -278,3 +278,94 @@ fn bad_socket_input_leaves_the_daemon_serving() -> Result<()> {
     assert!(o.contains("\"dm_state\":\"active\""), "{o}");
     Ok(())
 }
+
+/// Decisions of the daemon's log, as JSON objects.
+fn decisions(tb: &Testbed) -> Result<Vec<serde_json::Value>> {
+    let out = tb.sh("pathpilot log --json")?;
+    out.lines()
+        .map(|l| serde_json::from_str(l).context("log line"))
+        .collect()
+}
+
+#[test]
+fn a_workload_switch_reconverges_and_snaps_back() -> Result<()> {
+    // 4 paths sharing one IOPS budget (the array's per-command cost, seed
+    // 001): small sequential writes gain from merging, which fewer path
+    // slots bring; large reads do not care about it.
+    let tb = boot_or_skip!(Testbed::builder().paths(4).cap_mib(40.0).shared_iops(400));
+    start_daemon(&tb, &config("tune", "service-time"))?;
+    let s = status(&tb)?;
+    let dm = s["maps"][0]["dm_name"]
+        .as_str()
+        .context("dm name")?
+        .to_string();
+    let reads = format!(
+        "fio --name=r --filename=/dev/{dm} --rw=read --bs=1m --direct=1 --ioengine=libaio \
+         --iodepth=4 --time_based --runtime=30 --output=/dev/null"
+    );
+    let writes = format!(
+        "fio --name=w --filename=/dev/{dm} --rw=write --bs=4k --direct=1 --ioengine=libaio \
+         --iodepth=32 --size=256m --time_based --runtime=70 --output-format=terse --terse-version=3"
+    );
+    tb.sh(&reads)?;
+    let first = status(&tb)?["maps"][0]["settings"].clone();
+    eprintln!("after the reads: {first}");
+    let start_merges = status(&tb)?["maps"][0]["rates"].clone();
+    let out = tb.sh(&writes)?;
+    let s = status(&tb)?;
+    let after = &s["maps"][0];
+    eprintln!(
+        "after the writes: {} rates {}",
+        after["settings"], after["rates"]
+    );
+    let log = decisions(&tb)?;
+    // The writes' class found something to keep: merging up, throughput up.
+    let kept: Vec<&serde_json::Value> = log
+        .iter()
+        .filter(|d| d["class"] == "write-small-seq" && d["outcome"] == "kept")
+        .collect();
+    assert!(
+        !kept.is_empty(),
+        "no change kept for the small writes: {}",
+        tb.sh("pathpilot log")?
+    );
+    for d in &kept {
+        assert!(
+            d["after_mib_s"].as_f64() > d["before_mib_s"].as_f64(),
+            "{d}"
+        );
+    }
+    assert!(
+        after["rates"]["merge_pct"].as_f64().unwrap_or(0.0) > 10.0,
+        "merging at the dm queue: {} (before {start_merges})",
+        after["rates"]
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .context("fio terse")?;
+    assert_eq!(line.split(';').nth(4), Some("0"), "no write errors: {line}");
+    // The reads return: their best settings come back at once.
+    let snap = tb.spawn(&reads)?;
+    let t = Instant::now();
+    let mut back = false;
+    while t.elapsed() < Duration::from_secs(20) && !back {
+        std::thread::sleep(Duration::from_secs(1));
+        back = decisions(&tb)?.iter().any(|d| d["outcome"] == "snap_back");
+    }
+    tb.wait_job(&snap, Duration::from_secs(60))?;
+    let log = tb.sh("pathpilot log")?;
+    assert!(back, "no snap-back when the reads returned:\n{log}");
+    // The writes moved the path queue depth (the merging lever); the reads
+    // never touch it, so theirs is the one they started with.
+    let now = status(&tb)?["maps"][0]["settings"].clone();
+    assert_ne!(
+        after["settings"]["queue_depth"], first["queue_depth"],
+        "{log}"
+    );
+    assert_eq!(
+        now["queue_depth"], first["queue_depth"],
+        "the reads' settings are back:\n{log}"
+    );
+    Ok(())
+}

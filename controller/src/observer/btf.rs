@@ -2,27 +2,20 @@
 //! (/sys/kernel/btf/vmlinux). The completion probe is a raw tracepoint (see
 //! the eBPF crate for why), so it reads `struct request` itself and needs
 //! the running kernel's layout: nothing is assumed.
-use std::collections::HashMap;
-
 use super::ObserveError;
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 
-#[derive(Debug)]
-struct Member {
-    name: String,
-    type_id: u32,
-    bit_offset: u32,
-}
-
-/// The structs and unions of a BTF blob, enough to find member offsets.
+/// A BTF blob and where each type starts in it; members are decoded only
+/// for the structs asked about (the kernel's BTF holds ~100k types, and
+/// decoding them all costs the collector megabytes it never needs).
 pub struct Btf {
-    /// type id -> (kind, name, members)
-    types: HashMap<u32, (u32, String, Vec<Member>)>,
-    /// type id -> the type it refers to (typedef, const, volatile, ...).
-    refs: HashMap<u32, u32>,
-    by_name: HashMap<String, u32>,
+    data: Vec<u8>,
+    types: std::ops::Range<usize>,
+    strs: std::ops::Range<usize>,
+    /// Byte offset of type id `i + 1` inside the type section.
+    pos: Vec<u32>,
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
@@ -32,10 +25,11 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 impl Btf {
     pub fn from_sys() -> Result<Self, ObserveError> {
         let b = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|_| ObserveError::NoBtf)?;
-        Self::parse(&b).map_err(|e| ObserveError::Layout(format!("kernel BTF: {e}")))
+        Self::parse(b).map_err(|e| ObserveError::Layout(format!("kernel BTF: {e}")))
     }
 
-    pub fn parse(b: &[u8]) -> Result<Self, String> {
+    pub fn parse(data: Vec<u8>) -> Result<Self, String> {
+        let b = &data;
         if b.len() < 24 || b[0..2] != [0x9f, 0xeb] {
             return Err("not little-endian BTF".into());
         }
@@ -43,32 +37,18 @@ impl Btf {
         let hdr_len = h(4)? as usize;
         let (type_off, type_len) = (h(8)? as usize, h(12)? as usize);
         let (str_off, str_len) = (h(16)? as usize, h(20)? as usize);
-        let types_b = b
-            .get(hdr_len + type_off..hdr_len + type_off + type_len)
-            .ok_or("type section out of range")?;
-        let strs = b
-            .get(hdr_len + str_off..hdr_len + str_off + str_len)
-            .ok_or("string section out of range")?;
-        let name = |off: u32| -> String {
-            let s = strs.get(off as usize..).unwrap_or(&[]);
-            let end = s.iter().position(|c| *c == 0).unwrap_or(0);
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        };
-        let mut me = Btf {
-            types: HashMap::new(),
-            refs: HashMap::new(),
-            by_name: HashMap::new(),
-        };
-        let mut pos = 0usize;
-        let mut id = 1u32;
-        while pos + 12 <= types_b.len() {
-            let name_off = u32_at(types_b, pos).ok_or("truncated type")?;
-            let info = u32_at(types_b, pos + 4).ok_or("truncated type")?;
-            let size_or_type = u32_at(types_b, pos + 8).ok_or("truncated type")?;
+        let types = hdr_len + type_off..hdr_len + type_off + type_len;
+        let strs = hdr_len + str_off..hdr_len + str_off + str_len;
+        if types.end > b.len() || strs.end > b.len() {
+            return Err("sections out of range".into());
+        }
+        let tb = &b[types.clone()];
+        let mut pos = Vec::new();
+        let mut p = 0usize;
+        while p + 12 <= tb.len() {
+            let info = u32_at(tb, p + 4).ok_or("truncated type")?;
             let kind = (info >> 24) & 0x1f;
             let vlen = (info & 0xffff) as usize;
-            let kflag = info >> 31 == 1;
-            pos += 12;
             let extra = match kind {
                 1 | 14 | 17 => 4,          // int, var, decl_tag
                 3 => 12,                   // array
@@ -76,64 +56,97 @@ impl Btf {
                 6 | 13 => vlen * 8,        // enum, func_proto
                 15 | 19 => vlen * 12,      // datasec, enum64
                 2 | 7..=12 | 16 | 18 => 0, // ptr, fwd, typedef, qualifiers, func, float, type_tag
-                k => return Err(format!("unknown BTF kind {k} at type {id}")),
+                k => return Err(format!("unknown BTF kind {k} at type {}", pos.len() + 1)),
             };
-            if kind == KIND_STRUCT || kind == KIND_UNION {
-                let mut members = Vec::with_capacity(vlen);
-                for i in 0..vlen {
-                    let m = pos + i * 12;
-                    let off = u32_at(types_b, m + 8).ok_or("truncated member")?;
-                    members.push(Member {
-                        name: name(u32_at(types_b, m).ok_or("truncated member")?),
-                        type_id: u32_at(types_b, m + 4).ok_or("truncated member")?,
-                        bit_offset: if kflag { off & 0xff_ffff } else { off },
-                    });
-                }
-                let n = name(name_off);
-                if !n.is_empty() && kind == KIND_STRUCT {
-                    me.by_name.entry(n.clone()).or_insert(id);
-                }
-                me.types.insert(id, (kind, n, members));
-            } else if matches!(kind, 8..=11 | 18) {
-                me.refs.insert(id, size_or_type);
-            }
-            pos += extra;
-            id += 1;
+            pos.push(p as u32);
+            p += 12 + extra;
         }
-        Ok(me)
+        Ok(Btf {
+            data,
+            types,
+            strs,
+            pos,
+        })
+    }
+
+    fn tb(&self) -> &[u8] {
+        &self.data[self.types.clone()]
+    }
+
+    fn name(&self, off: u32) -> &[u8] {
+        let s = &self.data[self.strs.clone()];
+        let s = s.get(off as usize..).unwrap_or(&[]);
+        let end = s.iter().position(|c| *c == 0).unwrap_or(s.len());
+        &s[..end]
+    }
+
+    /// (kind, name_off, info, size_or_type, byte position) of type `id`.
+    fn header(&self, id: u32) -> Option<(u32, u32, u32, u32, usize)> {
+        let p = *self.pos.get((id as usize).checked_sub(1)?)? as usize;
+        let tb = self.tb();
+        let info = u32_at(tb, p + 4)?;
+        Some((
+            (info >> 24) & 0x1f,
+            u32_at(tb, p)?,
+            info,
+            u32_at(tb, p + 8)?,
+            p,
+        ))
     }
 
     /// Byte offset of `member` in `struct name`, looking into anonymous
     /// structs and unions as C does.
     pub fn member_offset(&self, name: &str, member: &str) -> Result<u32, String> {
-        let id = *self
-            .by_name
-            .get(name)
+        let id = (1..=self.pos.len() as u32)
+            .find(|&id| {
+                self.header(id)
+                    .is_some_and(|(k, n, ..)| k == KIND_STRUCT && self.name(n) == name.as_bytes())
+            })
             .ok_or_else(|| format!("the kernel has no struct {name}"))?;
-        self.find(id, member, 0)
+        self.find(id, member.as_bytes(), 0, 0)
             .map(|bits| bits / 8)
             .ok_or_else(|| format!("struct {name} has no member {member}"))
     }
 
-    fn resolve(&self, mut id: u32) -> u32 {
+    fn find(&self, mut id: u32, member: &[u8], base: u32, depth: u32) -> Option<u32> {
+        if depth > 8 {
+            return None;
+        }
+        // Through typedefs and qualifiers to the struct or union.
         for _ in 0..16 {
-            match self.refs.get(&id) {
-                Some(next) => id = *next,
-                None => break,
+            let (k, _, _, next, _) = self.header(id)?;
+            if matches!(k, 8..=11 | 18) {
+                id = next;
+            } else {
+                break;
             }
         }
-        id
-    }
-
-    fn find(&self, id: u32, member: &str, base: u32) -> Option<u32> {
-        let (_, _, members) = self.types.get(&self.resolve(id))?;
-        for m in members {
-            if m.name == member {
-                return Some(base + m.bit_offset);
+        let (kind, _, info, _, p) = self.header(id)?;
+        if kind != KIND_STRUCT && kind != KIND_UNION {
+            return None;
+        }
+        let (vlen, kflag) = ((info & 0xffff) as usize, info >> 31 == 1);
+        let tb = self.tb();
+        let member_at = |i: usize| {
+            let m = p + 12 + i * 12;
+            let off = u32_at(tb, m + 8)?;
+            Some((
+                u32_at(tb, m)?,
+                u32_at(tb, m + 4)?,
+                if kflag { off & 0xff_ffff } else { off },
+            ))
+        };
+        for i in 0..vlen {
+            let (n, _, off) = member_at(i)?;
+            if self.name(n) == member {
+                return Some(base + off);
             }
         }
-        for m in members.iter().filter(|m| m.name.is_empty()) {
-            if let Some(o) = self.find(m.type_id, member, base + m.bit_offset) {
+        for i in 0..vlen {
+            let (n, t, off) = member_at(i)?;
+            if self.name(n).is_empty()
+                && let Some(o) = self.find(t, member, base + off, depth + 1)
+            {
                 return Some(o);
             }
         }
@@ -165,12 +178,9 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert!(Btf::parse(b"").is_err());
-        assert!(
-            Btf::parse(&[
-                0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 255, 255, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-            ])
-            .is_err()
-        );
+        assert!(Btf::parse(vec![]).is_err());
+        let mut h = vec![0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 255, 255, 0, 0];
+        h.extend([0u8; 8]);
+        assert!(Btf::parse(h).is_err());
     }
 }

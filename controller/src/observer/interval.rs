@@ -52,6 +52,10 @@ pub struct DeviceInterval {
     pub inflight_max: u64,
     pub sequential_ios: u64,
     pub random_ios: u64,
+    /// Bios submitted where the previous bio ended, and the others (before
+    /// merging and splitting; the workload's own pattern).
+    pub sequential_bios: u64,
+    pub random_bios: u64,
     pub errors: u64,
     pub requeues: u64,
     /// Requests a dm map cloned onto this device.
@@ -160,6 +164,8 @@ impl DeviceInterval {
             inflight_max: c.inflight_peak,
             sequential_ios: d(cs.sequential, ps.sequential),
             random_ios: d(cs.random, ps.random),
+            sequential_bios: d(cs.bio_sequential, ps.bio_sequential),
+            random_bios: d(cs.bio_random, ps.bio_random),
             errors: d(cs.errors, ps.errors),
             requeues: d(cs.requeues, ps.requeues),
             remapped: d(cs.remapped, ps.remapped),

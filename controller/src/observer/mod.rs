@@ -12,7 +12,7 @@ use aya::{
     programs::{RawTracePoint, TracePoint},
     util::nr_cpus,
 };
-use pathpilot_common::{CgroupKey, CgroupStats, Config, DevShared, DevStats};
+use pathpilot_common::{CgroupKey, CgroupStats, Config, DevShared, DevStats, ReqKey};
 use thiserror::Error;
 
 use crate::blockdev::{BlockDev, DevNum};
@@ -105,6 +105,8 @@ pub struct Observer {
     watch: HashMap<MapData, u32, u8>,
     remaps: HashMap<MapData, u32, u32>,
     cgroups: PerCpuHashMap<MapData, CgroupKey, CgroupStats>,
+    start: HashMap<MapData, ReqKey, u64>,
+    snapshots: u64,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
@@ -137,13 +139,16 @@ impl Observer {
             return Err(ObserveError::NoBtf);
         }
         let root = tracefs::locate()?;
-        let btf = btf::Btf::from_sys()?;
-        let layout = tracefs::layout(&root, &btf)?;
+        // The kernel BTF is large: read the offsets and let it go before
+        // the loader, which parses the kernel BTF once more on its own.
+        let layout = tracefs::layout(&root, &btf::Btf::from_sys()?)?;
         let config = Config {
             watch_all: u32::from(scope == Scope::All),
             _pad: 0,
         };
+        // No CO-RE relocations in the object: the loader needs no BTF.
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .override_global("LAYOUT", &layout, true)
             .override_global("CONFIG", &config, true)
             .load(OBJECT)
@@ -179,6 +184,12 @@ impl Observer {
                 prog_ids.push(info.id());
             }
         }
+        // Loading parsed the kernel's BTF (aya does it eagerly, ~20 MiB):
+        // hand that memory back rather than carry it for the daemon's life.
+        // SAFETY: malloc_trim only releases free heap pages.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
         Ok(Self {
             stats: take(&mut ebpf, "STATS")?,
@@ -187,6 +198,8 @@ impl Observer {
             watch: take(&mut ebpf, "WATCH")?,
             remaps: take(&mut ebpf, "REMAPS")?,
             cgroups: take(&mut ebpf, "CGROUPS")?,
+            start: take(&mut ebpf, "START")?,
+            snapshots: 0,
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -243,9 +256,37 @@ impl Observer {
         v
     }
 
+    /// Forgets in-flight entries older than `age`: a completion the probes
+    /// could not see (a device unwatched mid-request) must not leave its
+    /// entry forever in the fixed-size table. Returns how many went.
+    pub fn sweep_inflight(&mut self, age: std::time::Duration) -> usize {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        let old: Vec<ReqKey> = self
+            .start
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, t)| now_ns.saturating_sub(*t) > age.as_nanos() as u64)
+            .map(|(k, _)| k)
+            .collect();
+        for k in &old {
+            let _ = self.start.remove(k);
+        }
+        old.len()
+    }
+
     /// Reads every counter once. Peaks restart from here, so each snapshot
     /// carries the peak of the interval that ends with it.
     pub fn snapshot(&mut self) -> Result<Snapshot, ObserveError> {
+        self.snapshots += 1;
+        if self.snapshots.is_multiple_of(64) {
+            self.sweep_inflight(std::time::Duration::from_secs(300));
+        }
         let taken = Instant::now();
         let mut devices = BTreeMap::new();
         for item in self.stats.iter() {
@@ -324,6 +365,8 @@ fn add(sum: &mut DevStats, v: &DevStats) {
     sum.bios += v.bios;
     sum.sequential += v.sequential;
     sum.random += v.random;
+    sum.bio_sequential += v.bio_sequential;
+    sum.bio_random += v.bio_random;
     sum.remapped += v.remapped;
     sum.lat_sum_ns += v.lat_sum_ns;
     for (a, b) in sum.size_hist.iter_mut().zip(v.size_hist.iter()) {

@@ -127,6 +127,7 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         requeue_sector: field(root, "block_rq_requeue", "sector", 8, c)?,
         merge_dev: field(root, "block_rq_merge", "dev", 4, c)?,
         bio_queue_dev: field(root, "block_bio_queue", "dev", 4, c)?,
+        bio_queue_sector: field(root, "block_bio_queue", "sector", 8, c)?,
         bio_queue_nr_sector: field(root, "block_bio_queue", "nr_sector", 4, c)?,
         backmerge_dev: field(root, "block_bio_backmerge", "dev", 4, c)?,
         frontmerge_dev: field(root, "block_bio_frontmerge", "dev", 4, c)?,

@@ -49,6 +49,11 @@ pub struct DevStats {
     /// and those that did not.
     pub sequential: u64,
     pub random: u64,
+    /// The same for bios as submitted (block_bio_queue), before merging or
+    /// splitting reorder them: a property of the workload, not of the
+    /// queue's settings.
+    pub bio_sequential: u64,
+    pub bio_random: u64,
     /// Requests a dm map cloned onto this device (block_rq_remap, counted on
     /// the destination path).
     pub remapped: u64,
@@ -74,6 +79,8 @@ impl DevStats {
         bios: 0,
         sequential: 0,
         random: 0,
+        bio_sequential: 0,
+        bio_random: 0,
         remapped: 0,
         lat_sum_ns: 0,
         size_hist: [0; SIZE_BUCKETS],
@@ -91,12 +98,15 @@ pub struct DevShared {
     /// Sector just past the end of the last data request issued, for the
     /// sequential/random classification.
     pub next_sector: u64,
+    /// The same for the last bio submitted.
+    pub next_bio_sector: u64,
 }
 
 impl DevShared {
     pub const ZERO: Self = Self {
         inflight: 0,
         next_sector: u64::MAX,
+        next_bio_sector: u64::MAX,
     };
 }
 
@@ -152,6 +162,7 @@ pub struct Layout {
     pub requeue_sector: u32,
     pub merge_dev: u32,
     pub bio_queue_dev: u32,
+    pub bio_queue_sector: u32,
     pub bio_queue_nr_sector: u32,
     pub backmerge_dev: u32,
     pub frontmerge_dev: u32,
@@ -176,6 +187,7 @@ impl Layout {
         requeue_sector: 0,
         merge_dev: 0,
         bio_queue_dev: 0,
+        bio_queue_sector: 0,
         bio_queue_nr_sector: 0,
         backmerge_dev: 0,
         frontmerge_dev: 0,

@@ -9,7 +9,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
 use pathpilot_common::{
@@ -33,9 +33,11 @@ static WATCH: HashMap<u32, u8> = HashMap::with_max_entries(MAX_DEVICES, 0);
 /// dm path dev_t -> dm map dev_t, learnt from block_rq_remap.
 #[map]
 static REMAPS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_DEVICES, 0);
-/// Issue timestamps of requests in flight; LRU so lost completions age out.
+/// Issue timestamps of requests in flight. A plain preallocated hash (an
+/// LRU map costs a lock per update on this hot path); userspace sweeps out
+/// entries whose completion was never seen.
 #[map]
-static START: LruHashMap<ReqKey, u64> = LruHashMap::with_max_entries(65536, 0);
+static START: HashMap<ReqKey, u64> = HashMap::with_max_entries(65536, 0);
 #[map]
 static CGROUPS: PerCpuHashMap<CgroupKey, CgroupStats> =
     PerCpuHashMap::with_max_entries(MAX_DEVICES * 4, 0);
@@ -207,8 +209,8 @@ fn kread<T>(base: u64, off: u32) -> Result<T, i32> {
 
 fn try_rq_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     let l = layout();
-    let rq: u64 = unsafe { ctx.arg(0) };
-    let error: u64 = unsafe { ctx.arg(1) };
+    let rq: u64 = ctx.arg(0);
+    let error: u64 = ctx.arg(1);
     let q: u64 = kread(rq, l.rq_q)?;
     let disk: u64 = kread(q, l.q_disk)?;
     if disk == 0 {
@@ -329,8 +331,19 @@ pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
             return Ok(());
         }
         let nr: u32 = read(&ctx, l.bio_queue_nr_sector)?;
+        let sector: u64 = read(&ctx, l.bio_queue_sector)?;
         if let Some(s) = stats(dev) {
             s.bios += 1;
+            if nr > 0
+                && let Some(sh) = shared(dev)
+            {
+                if sh.next_bio_sector == sector {
+                    s.bio_sequential += 1;
+                } else {
+                    s.bio_random += 1;
+                }
+                sh.next_bio_sector = sector + nr as u64;
+            }
         }
         // bio_queue runs in the submitter's context: its cgroup is the one
         // the I/O is charged to.

@@ -90,12 +90,20 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
-fn vm_hwm_kib(pid: u32) -> Result<u64> {
+/// A `/proc/PID/status` size in KiB (`VmHWM`: the peak, `VmRSS`: now).
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("VmHWM")
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| {
+            v.trim_start_matches(':')
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .with_context(|| field.to_string())
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -172,14 +180,17 @@ pub fn run(args: Args) -> Result<()> {
         ])
         .stdout(Stdio::null())
         .spawn()?;
-    let mut hwm = 0;
+    // The steady state (after loading) and the all-time peak, which aya's
+    // loader sets while it parses the kernel BTF.
+    let mut rss = 0;
     while fio.try_wait()?.is_none() {
-        hwm = hwm.max(vm_hwm_kib(pid)?);
+        rss = rss.max(status_kib(pid, "VmRSS")?);
         std::thread::sleep(Duration::from_millis(500));
     }
     let cpu = cpu_seconds(pid)? - cpu0;
     let elapsed = t0.elapsed().as_secs_f64();
-    hwm = hwm.max(vm_hwm_kib(pid)?);
+    let hwm = status_kib(pid, "VmHWM")?;
+    rss = rss.max(status_kib(pid, "VmRSS")?);
     stop(c)?;
     let cpu_per_min = cpu / elapsed * 60.0;
 
@@ -208,6 +219,7 @@ pub fn run(args: Args) -> Result<()> {
             "ratio": m_on / m_off,
             "iops_lost_pct": lost_pct,
             "collector_cpu_s_per_min": cpu_per_min,
+            "collector_rss_running_max_mib": rss as f64 / 1024.0,
             "collector_peak_rss_mib": hwm as f64 / 1024.0,
         }),
     )?;
