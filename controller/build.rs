@@ -22,14 +22,17 @@ fn main() {
 /// clone; put it on PATH for aya-build when it is not there already.
 fn ensure_bpf_linker() {
     println!("cargo:rerun-if-env-changed=PATHPILOT_TOOLS");
+    println!("cargo:rerun-if-env-changed=PATHPILOT_CACHE");
     let path = env::var_os("PATH").unwrap_or_default();
     if env::split_paths(&path).any(|d| d.join("bpf-linker").is_file()) {
         return;
     }
+    // The same place `cargo xtask setup` installs to (xtask::util::cache_dir).
     let tools = env::var_os("PATHPILOT_TOOLS")
         .map(PathBuf::from)
+        .or_else(|| env::var_os("PATHPILOT_CACHE").map(|c| PathBuf::from(c).join("tools")))
         .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pathpilot/tools")))
-        .expect("neither PATHPILOT_TOOLS nor HOME is set");
+        .expect("neither PATHPILOT_TOOLS, PATHPILOT_CACHE nor HOME is set");
     let bin = tools.join("bin");
     if !bin.join("bpf-linker").is_file() {
         panic!(
