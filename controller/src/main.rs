@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => usage_error(e),
+    };
     let res = match cli.cmd {
         Command::Stat(a) => stat::run(a),
         Command::List(a) => list::run(a),
@@ -34,4 +37,34 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// A usage error is one line on stderr and exit 2, like every other
+/// error; help and version (and help for a bare command) print as clap
+/// does.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let parts: Vec<String> = text
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|p| {
+            !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more information")
+        })
+        .map(|p| p.lines().map(str::trim).collect::<Vec<_>>().join(" "))
+        .collect();
+    let msg = parts.join("; ");
+    eprintln!(
+        "pathpilot: error: {} (see --help)",
+        msg.strip_prefix("error: ").unwrap_or(&msg)
+    );
+    std::process::exit(2)
 }

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod setup;
+mod soak;
 mod test;
 mod vm;
 
@@ -28,6 +29,10 @@ enum Cmd {
     Bench(bench::Cmd),
     /// Set up, build, and show pathpilot at work on something real.
     Demo(demo::Args),
+    /// A long run under changing workloads and path faults (a benchmark,
+    /// not part of the test command): data verified, daemon RSS, fds and
+    /// BPF map entries sampled.
+    Soak(soak::Args),
     /// The test command: format and lint checks, release build, every test
     /// (host eBPF tests on loop devices and VM tests of real dm-multipath).
     Test(test::Args),
@@ -41,6 +46,7 @@ fn main() -> Result<()> {
         Cmd::Bench(c) => bench::run(c),
         Cmd::Demo(a) => demo::run_demo(a),
         Cmd::Setup(a) => setup::run(a),
+        Cmd::Soak(a) => soak::run(a),
         Cmd::Test(a) => test::run_tests(a),
         Cmd::Vm(c) => vm::run(c),
     }

@@ -32,6 +32,8 @@ pub const APT_PACKAGES: &[&str] = &[
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// cargo-fuzz runs the fuzz targets in `cargo xtask test` (with nightly).
+pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,6 +49,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     step("rust-src for the nightly eBPF toolchain", rust_src)?;
     step("bpf-linker", bpf_linker)?;
+    step("cargo-fuzz", cargo_fuzz)?;
     println!("setup: done in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
@@ -174,6 +177,30 @@ fn bpf_linker() -> Result<String> {
             .arg(format!("llvm-{major}"))
             .arg("--root")
             .arg(&tools),
+    )?;
+    Ok(format!("installed at {}", bin.display()))
+}
+
+/// The cargo-fuzz binary `cargo xtask test` runs (`cargo-fuzz fuzz run ..`
+/// is what `cargo fuzz run ..` executes).
+pub fn cargo_fuzz_bin() -> PathBuf {
+    tools_dir().join("bin/cargo-fuzz")
+}
+
+fn cargo_fuzz() -> Result<String> {
+    let bin = cargo_fuzz_bin();
+    if let Ok(v) = output(Command::new(&bin).arg("--version"))
+        && v.contains(CARGO_FUZZ_VERSION)
+    {
+        return Ok(format!("{} at {}", v.trim(), bin.display()));
+    }
+    println!("setup: building cargo-fuzz {CARGO_FUZZ_VERSION} (about 1.5 minutes)");
+    run_cmd(
+        Command::new("cargo")
+            .args(["install", "--locked", "--quiet"])
+            .arg(format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"))
+            .arg("--root")
+            .arg(tools_dir()),
     )?;
     Ok(format!("installed at {}", bin.display()))
 }

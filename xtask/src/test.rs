@@ -2,7 +2,7 @@
 //! then one release build shared by the host and VM tests.
 use std::{process::Command, time::Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use xtask::util::{run, workspace_root};
 
 #[derive(clap::Args)]
@@ -59,6 +59,63 @@ pub fn run_tests(args: Args) -> Result<()> {
         run(&mut c)?;
         println!("xtask test: {name} ok ({:.0} s)", t.elapsed().as_secs_f64());
     }
+    if args.cargo_test_args.is_empty() {
+        let t = Instant::now();
+        fuzz()?;
+        println!("xtask test: fuzz ok ({:.0} s)", t.elapsed().as_secs_f64());
+    }
     println!("xtask test: all ok in {:.0} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The fuzz targets (fuzz/, cargo-fuzz layout) and how long each runs.
+const FUZZ_TARGETS: &[&str] = &["table_parse", "config_parse", "socket_protocol"];
+const FUZZ_SECS_DEFAULT: u64 = 45;
+
+/// A bounded libFuzzer run of every target, from the seeds in
+/// fuzz/corpus/<target> (kept in the repo). New inputs go to a scratch
+/// corpus so the run leaves the tree unchanged; a crash fails the step and
+/// leaves its reproducer in fuzz/artifacts/<target>/.
+/// `PATHPILOT_FUZZ_SECS` changes the time per target.
+fn fuzz() -> Result<()> {
+    let secs: u64 = match std::env::var("PATHPILOT_FUZZ_SECS") {
+        Ok(v) => v.parse().context("PATHPILOT_FUZZ_SECS is not a number")?,
+        Err(_) => FUZZ_SECS_DEFAULT,
+    };
+    let bin = crate::setup::cargo_fuzz_bin();
+    if !bin.is_file() {
+        bail!(
+            "{} is missing: run `cargo xtask setup` (the fuzz step needs cargo-fuzz)",
+            bin.display()
+        );
+    }
+    let scratch = std::env::temp_dir().join(format!("pathpilot-fuzz-{}", std::process::id()));
+    let root = workspace_root();
+    for target in FUZZ_TARGETS {
+        let t = Instant::now();
+        let work = scratch.join(target);
+        std::fs::create_dir_all(&work)?;
+        let seeds = root.join("fuzz/corpus").join(target);
+        println!("xtask test: fuzz {target} for {secs} s");
+        // cargo-fuzz invokes cargo, which must be nightly's (sanitizers).
+        let mut c = Command::new(&bin);
+        c.current_dir(&root)
+            .env("RUSTUP_TOOLCHAIN", "nightly")
+            .env_remove("CARGO")
+            .args(["fuzz", "run", target])
+            .arg(&work)
+            .arg(&seeds)
+            .arg("--")
+            .arg(format!("-max_total_time={secs}"))
+            .arg("-print_final_stats=1");
+        let r = run(&mut c);
+        let _ = std::fs::remove_dir_all(&work);
+        r.with_context(|| format!("fuzz target {target} failed (see fuzz/artifacts/{target}/)"))?;
+        println!(
+            "xtask test: fuzz {target} ok ({:.0} s)",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }

@@ -131,7 +131,7 @@ pub fn table_for(current: &MultipathTable, t: &Target, s: &Settings) -> Result<M
 /// returns the settings read back, with the reload's stall in ms.
 pub fn apply(dm: &Dm, t: &Target, knob: Knob, to: &Settings) -> Result<(Settings, Option<f64>)> {
     let mut stall = None;
-    let now = read_settings(dm, t)?;
+    let mut now = read_settings(dm, t)?;
     if knob.needs_reload() || to.diff(&now).iter().any(|k| k.needs_reload()) {
         let current = dm.multipath_table(t.map)?;
         let table = table_for(&current, t, to)?;
@@ -139,6 +139,10 @@ pub fn apply(dm: &Dm, t: &Target, knob: Knob, to: &Settings) -> Result<(Settings
             .reload(t.map, &table)
             .with_context(|| format!("reloading {}", t.map))?;
         stall = Some(timing.stall.as_secs_f64() * 1000.0);
+        // A new table recomputes the dm queue's limits: max_sectors_kb is
+        // back at its default, so compare the sysfs knobs with what the
+        // kernel holds after the reload, not before it.
+        now = read_settings(dm, t)?;
     }
     for k in to.diff(&now) {
         let (dev, sk, v) = match k {

@@ -86,6 +86,8 @@ struct PathChecker {
     started: Option<Instant>,
     last_start: Option<Instant>,
     verdict: Verdict,
+    /// When the check that gave `verdict` started.
+    verdict_from: Option<Instant>,
     last_ms: Option<f64>,
     last_error: Option<String>,
 }
@@ -160,6 +162,7 @@ impl Checkers {
                 started: None,
                 last_start: None,
                 verdict: Verdict::Unknown,
+                verdict_from: None,
                 last_ms: None,
                 last_error: None,
             },
@@ -176,6 +179,19 @@ impl Checkers {
         self.paths.get(name).map_or(Verdict::Unknown, |p| p.verdict)
     }
 
+    /// Whether the path checked ready in a check that started after `t`
+    /// (a failure the kernel saw at `t` is not undone by an older check).
+    pub fn ready_since(&self, name: &str, t: Option<Instant>) -> bool {
+        self.paths.get(name).is_some_and(|p| {
+            p.verdict == Verdict::Ready
+                && match (t, p.verdict_from) {
+                    (None, _) => true,
+                    (Some(t), Some(from)) => from >= t,
+                    (Some(_), None) => false,
+                }
+        })
+    }
+
     pub fn last_ms(&self, name: &str) -> Option<f64> {
         self.paths.get(name).and_then(|p| p.last_ms)
     }
@@ -188,6 +204,7 @@ impl Checkers {
             let Some(p) = self.paths.get_mut(&r.path) else {
                 continue;
             };
+            p.verdict_from = p.started;
             p.started = None;
             p.last_ms = Some(r.took.as_secs_f64() * 1000.0);
             let (to, detail) = match r.result {
@@ -209,6 +226,7 @@ impl Checkers {
             match p.started {
                 Some(s) if now.duration_since(s) >= self.timeout => {
                     if p.verdict != Verdict::Timeout {
+                        p.verdict_from = Some(s);
                         changes.push(Change {
                             path: name.clone(),
                             from: p.verdict,

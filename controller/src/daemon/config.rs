@@ -42,6 +42,12 @@ pub struct MapsConfig {
     /// `queue_if_no_path` on created maps: I/O waits for a path to return
     /// instead of failing.
     pub queue_if_no_path: bool,
+    /// With `queue_if_no_path`: after this many seconds with no usable
+    /// path, send `fail_if_no_path` so queued and new I/O fail with EIO
+    /// instead of waiting forever (multipath.conf's `no_path_retry`, in
+    /// seconds); `queue_if_no_path` is set again when a path returns.
+    /// Absent: queue until a path returns.
+    pub no_path_retry_secs: Option<f64>,
     /// WWIDs of maps made by others that pathpilot may manage.
     pub adopt: Vec<String>,
     /// WWID -> map name.
@@ -103,6 +109,7 @@ impl Default for MapsConfig {
             min_paths: 2,
             selector: "service-time".into(),
             queue_if_no_path: true,
+            no_path_retry_secs: None,
             adopt: vec![],
             aliases: Default::default(),
         }
@@ -162,7 +169,15 @@ impl Config {
         let c: Config = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+                // Bytes, not a str slice: a span need not fall on a char
+                // boundary, and an error must never become a panic.
+                .map(|s| {
+                    text.as_bytes()[..s.start.min(text.len())]
+                        .iter()
+                        .filter(|b| **b == b'\n')
+                        .count()
+                        + 1
+                });
             // toml's own message repeats the offending line; one line is enough.
             let msg = e.message().to_string();
             match line {
@@ -219,6 +234,14 @@ impl Config {
                     "unknown selector '{}' (round-robin, queue-length, service-time, historical-service-time)",
                     self.maps.selector
                 ),
+            );
+        }
+        if let Some(s) = self.maps.no_path_retry_secs
+            && !(0.0..=86400.0).contains(&s)
+        {
+            return bad(
+                "no_path_retry_secs",
+                format!("{s} is out of range (0 to 86400)"),
             );
         }
         for (wwid, alias) in &self.maps.aliases {
@@ -367,6 +390,15 @@ allow = ["wwid=^3500"]
         );
         let e = Config::parse("metrics = \"everywhere\"").unwrap_err();
         assert!(e.contains("metrics"), "{e}");
+        let e = Config::parse("[maps]\nno_path_retry_secs = -3").unwrap_err();
+        assert!(e.contains("line 2: no_path_retry_secs"), "{e}");
+        assert_eq!(
+            Config::parse("[maps]\nno_path_retry_secs = 30")
+                .unwrap()
+                .maps
+                .no_path_retry_secs,
+            Some(30.0)
+        );
         let e = Config::parse("[checker]\ntimeout_secs = -1").unwrap_err();
         assert!(e.contains("line 2: timeout_secs"), "{e}");
         let e = Config::parse("[filter]\ndeny = [\"nonsense\"]").unwrap_err();

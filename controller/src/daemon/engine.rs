@@ -81,6 +81,9 @@ struct PathEntry {
     hctl: String,
     /// The kernel's last word on it (from the map status).
     dm_failed: bool,
+    /// When we saw the kernel fail it: only a check started after that
+    /// may reinstate it.
+    failed_at: Option<Instant>,
     /// Failed by an operator (socket `fail`): stays failed, whatever the
     /// checker says, until an operator reinstates it.
     admin_failed: bool,
@@ -99,7 +102,16 @@ struct MapEntry {
     unmanaged_reason: Option<String>,
     table: Option<MultipathTable>,
     suspended: bool,
+    /// The live table's queue_if_no_path (what the kernel does now).
     queue_if_no_path: bool,
+    /// Whether the map is meant to queue with no path (its table had
+    /// queue_if_no_path when it was found or made).
+    wants_queue: bool,
+    /// Since when no path has been usable (for maps.no_path_retry_secs).
+    no_path_since: Option<Instant>,
+    /// We sent fail_if_no_path after maps.no_path_retry_secs: queueing
+    /// comes back with the first usable path.
+    queue_off: bool,
     paths: Vec<PathEntry>,
     tuner: Option<Tuner>,
     last_path_change: Option<Instant>,
@@ -260,7 +272,7 @@ impl Engine {
             let Ok(table) = self.dm.multipath_table(&m.name) else {
                 continue; // not a multipath target
             };
-            let info = self.dm.info(&m.name)?;
+            let mut info = self.dm.info(&m.name)?;
             let wwid = info
                 .uuid
                 .as_deref()
@@ -298,9 +310,47 @@ impl Engine {
                     "observed only"
                 }
             );
+            if managed && (info.suspended || info.inactive_table) {
+                if self.hands_off() {
+                    say!(
+                        "{}: left {} by an interrupted reload; observe mode leaves it so",
+                        m.name,
+                        if info.suspended {
+                            "suspended"
+                        } else {
+                            "with an inactive table"
+                        }
+                    );
+                } else {
+                    self.repair(&m.name, &info);
+                    info = self.dm.info(&m.name)?;
+                }
+            }
             self.add_map(m.name.clone(), wwid, info.dev, managed, reason, table)?;
         }
         Ok(())
+    }
+
+    /// A controller that died in the middle of a reload (between load and
+    /// resume) leaves the map with an inactive table, or suspended with
+    /// I/O queued. The live table is the last one known to work: drop the
+    /// inactive one first, so that the resume cannot swap it in, then
+    /// resume. Nothing else is reloaded.
+    fn repair(&self, map: &str, info: &dm::MapInfo) {
+        if info.inactive_table {
+            match self.dm.clear_inactive(map) {
+                Ok(()) => say!("{map}: dropped an inactive table left by an interrupted reload"),
+                Err(e) => say!("{map}: cannot drop its inactive table: {e}"),
+            }
+        }
+        if info.suspended {
+            match self.dm.resume(map) {
+                Ok(()) => say!(
+                    "{map}: was left suspended by an interrupted reload: resumed with its live table"
+                ),
+                Err(e) => say!("{map}: is suspended and cannot be resumed: {e}"),
+            }
+        }
     }
 
     fn add_map(
@@ -323,6 +373,7 @@ impl Engine {
                     name,
                     dev: p.dev,
                     dm_failed: false,
+                    failed_at: None,
                     admin_failed: false,
                     fail_count: 0,
                     group: gi + 1,
@@ -345,6 +396,12 @@ impl Engine {
         self.obs.watch(dev)?;
         let kernel_name = format!("dm-{}", dev.minor);
         let queue_if_no_path = table.has_feature("queue_if_no_path");
+        // A map of ours found without queueing was switched off by
+        // no_path_retry before a restart: it is still meant to queue.
+        let wants_queue = queue_if_no_path
+            || (managed
+                && self.cfg.maps.queue_if_no_path
+                && self.owned.maps.get(&name) == Some(&wwid));
         let mut entry = MapEntry {
             name,
             wwid,
@@ -356,6 +413,9 @@ impl Engine {
             table: Some(table),
             suspended: false,
             queue_if_no_path,
+            wants_queue,
+            no_path_since: None,
+            queue_off: wants_queue && !queue_if_no_path,
             paths,
             tuner: None,
             last_path_change: None,
@@ -500,6 +560,11 @@ impl Engine {
             }
             let now = Instant::now();
             self.run_checkers(now);
+            // Published at once: clients see the map stop (or resume)
+            // queueing when its I/O fails (or flows), not a window later.
+            if self.no_path_retry(now) {
+                self.publish();
+            }
             if now >= next_scan {
                 next_scan = now + Duration::from_secs_f64(self.cfg.checker.interval_secs);
                 self.refresh_status();
@@ -571,6 +636,9 @@ impl Engine {
             for p in &mut m.paths {
                 if let Some(ps) = st.path(p.dev) {
                     let failed = ps.state == DmPathState::Failed;
+                    if failed && !p.dm_failed {
+                        p.failed_at = Some(now);
+                    }
                     if failed != p.dm_failed {
                         say!(
                             "{}: path {} is {} in the kernel (fail count {})",
@@ -619,7 +687,11 @@ impl Engine {
             let dev = m.paths[pi].dev;
             let msg = if c.to.is_bad() {
                 Message::FailPath(dev)
-            } else if c.to == Verdict::Ready && m.paths[pi].dm_failed && !m.paths[pi].admin_failed {
+            } else if c.to == Verdict::Ready
+                && m.paths[pi].dm_failed
+                && !m.paths[pi].admin_failed
+                && self.checkers.ready_since(&c.path, m.paths[pi].failed_at)
+            {
                 Message::ReinstatePath(dev)
             } else {
                 continue;
@@ -639,9 +711,13 @@ impl Engine {
                 continue;
             }
             for p in &mut m.paths {
+                // A ready verdict from a check that started before the
+                // kernel failed the path is stale: reinstating on it made a
+                // pulled path ping-pong (fail, reinstate, fail, ...) until
+                // the next check.
                 if p.dm_failed
                     && !p.admin_failed
-                    && self.checkers.verdict(&p.name) == Verdict::Ready
+                    && self.checkers.ready_since(&p.name, p.failed_at)
                     && self
                         .dm
                         .message(&m.name, &Message::ReinstatePath(p.dev))
@@ -653,6 +729,58 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// maps.no_path_retry_secs: a map that has queued with no usable path
+    /// for that long stops queueing (queued and new I/O fail with EIO; the
+    /// map stays); it queues again as soon as a path is usable.
+    fn no_path_retry(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        if self.hands_off() {
+            return changed;
+        }
+        let limit = self.cfg.maps.no_path_retry_secs;
+        for m in &mut self.maps {
+            if !m.managed || !m.wants_queue {
+                continue;
+            }
+            if m.paths.iter().any(|p| !p.dm_failed) {
+                m.no_path_since = None;
+                if m.queue_off {
+                    match self.dm.message(&m.name, &Message::QueueIfNoPath) {
+                        Ok(()) => {
+                            say!("{}: a path is usable again: queue_if_no_path", m.name);
+                            m.queue_off = false;
+                            m.queue_if_no_path = true;
+                            changed = true;
+                        }
+                        Err(e) => say!("{}: queue_if_no_path failed: {e}", m.name),
+                    }
+                }
+                continue;
+            }
+            let since = *m.no_path_since.get_or_insert(now);
+            let Some(limit) = limit else {
+                continue;
+            };
+            let waited = now.duration_since(since).as_secs_f64();
+            if !m.queue_off && waited >= limit {
+                match self.dm.message(&m.name, &Message::FailIfNoPath) {
+                    Ok(()) => {
+                        say!(
+                            "{}: no usable path for {waited:.1} s (maps.no_path_retry_secs = \
+                             {limit}): fail_if_no_path, queued I/O fails with EIO",
+                            m.name
+                        );
+                        m.queue_off = true;
+                        m.queue_if_no_path = false;
+                        changed = true;
+                    }
+                    Err(e) => say!("{}: fail_if_no_path failed: {e}", m.name),
+                }
+            }
+        }
+        changed
     }
 
     fn find_path(&self, name_or_dev: &str) -> Option<(usize, usize)> {
@@ -757,6 +885,7 @@ impl Engine {
                             name,
                             dev,
                             dm_failed: false,
+                            failed_at: None,
                             admin_failed: false,
                             fail_count: 0,
                             group: 1,
@@ -1148,6 +1277,8 @@ impl Engine {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            bpf_watched: self.obs.watched().len(),
+            bpf_counted: self.prev.devices.len(),
         });
     }
 }

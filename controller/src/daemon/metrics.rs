@@ -638,6 +638,8 @@ pub(crate) fn example_status() -> DaemonStatus {
         }
     };
     DaemonStatus {
+        bpf_watched: 5,
+        bpf_counted: 5,
         version: "0.1.0".into(),
         pid: 4321,
         mode: Some(Mode::Tune),

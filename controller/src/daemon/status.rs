@@ -123,6 +123,10 @@ pub struct DaemonStatus {
     pub decisions: Vec<LoggedDecision>,
     /// Tuner decisions counted since start, by outcome (for metrics).
     pub decision_counts: Vec<(String, u64)>,
+    /// Entries of the observer's BPF maps: devices on the watch list and
+    /// devices with counters (a removed device must leave neither).
+    pub bpf_watched: usize,
+    pub bpf_counted: usize,
 }
 
 /// How many decisions the daemon keeps in memory for the socket.

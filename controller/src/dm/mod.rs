@@ -474,6 +474,7 @@ impl Dm {
         let id = DevId::Name(name);
         let t0 = Instant::now();
         self.load(map, table)?;
+        fault_point("reload-after-load");
         let t1 = Instant::now();
         let flags = DmFlags::DM_SUSPEND | DmFlags::DM_NOFLUSH | DmFlags::DM_SKIP_LOCKFS;
         if let Err(e) = self
@@ -483,6 +484,7 @@ impl Dm {
             let _ = self.dm.table_clear(&id);
             return Err(classify(Op::Suspend, map, e));
         }
+        fault_point("reload-after-suspend");
         let t2 = Instant::now();
         if let Err(e) = self.dm.device_suspend(&id, DmOptions::default()) {
             let first = errno_of(&e).unwrap_or(Errno(libc::EIO));
@@ -506,6 +508,27 @@ impl Dm {
             resume: t3 - t2,
             stall: t3 - t1,
         })
+    }
+
+    /// Drops the inactive table of a map (one loaded and never resumed,
+    /// e.g. by a process that died in the middle of a reload), so that a
+    /// later resume cannot swap it in.
+    pub fn clear_inactive(&self, map: &str) -> Result<(), DmError> {
+        let name = dm_name(map)?;
+        self.dm
+            .table_clear(&DevId::Name(name))
+            .map(drop)
+            .map_err(|e| classify(Op::ClearInactive, map, e))
+    }
+
+    /// Resumes a suspended map (with its inactive table if it has one:
+    /// call [`Dm::clear_inactive`] first to keep the live one).
+    pub fn resume(&self, map: &str) -> Result<(), DmError> {
+        let name = dm_name(map)?;
+        self.dm
+            .device_suspend(&DevId::Name(name), DmOptions::default())
+            .map(drop)
+            .map_err(|e| classify(Op::Resume, map, e))
     }
 
     /// Removes a map that nothing holds open.
@@ -599,6 +622,25 @@ impl Dm {
                     });
                 }
             }
+        }
+    }
+}
+
+/// The environment variable of the test-only fault hook: set to
+/// `reload-after-load` or `reload-after-suspend`, it makes the process
+/// SIGKILL itself right after that step of [`Dm::reload`], so tests can
+/// prove that a map survives a controller dying mid-reload and that the
+/// next start repairs it. Unset (always, in production) it costs one
+/// environment lookup per reload.
+pub const FAULT_ENV: &str = "PATHPILOT_FAULT";
+
+fn fault_point(step: &str) {
+    if std::env::var_os(FAULT_ENV).is_some_and(|v| v == step) {
+        eprintln!("pathpilot: {FAULT_ENV}={step}: killing myself (test fault hook)");
+        // SAFETY: raise has no preconditions; SIGKILL cannot be caught, so
+        // nothing of ours runs after it, as with an outside `kill -9`.
+        unsafe {
+            libc::raise(libc::SIGKILL);
         }
     }
 }

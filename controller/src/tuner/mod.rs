@@ -197,6 +197,8 @@ pub struct Tuner {
     last_reload: Option<f64>,
     reload_blocked_until: f64,
     user_paused: bool,
+    /// A trial cut short by a pause: undone once tuning resumes.
+    dropped: Option<Trial>,
     log: Vec<Decision>,
     last_t: f64,
 }
@@ -224,6 +226,7 @@ impl Tuner {
             last_reload: None,
             reload_blocked_until: 0.0,
             user_paused: false,
+            dropped: None,
             log: vec![],
             last_t: 0.0,
         }
@@ -276,6 +279,7 @@ impl Tuner {
             (Outcome::Resumed, "resumed by the operator")
         };
         self.note(t, None, "", "", None, None, reason.into(), outcome);
+        self.drop_trial();
         self.phase = Phase::Baseline(vec![]);
     }
 
@@ -326,6 +330,7 @@ impl Tuner {
                     format!("paused: {why}"),
                     Outcome::Paused,
                 );
+                self.drop_trial();
                 self.phase = Phase::Paused(why);
             }
             return None;
@@ -343,6 +348,32 @@ impl Tuner {
                 Outcome::Resumed,
             );
             self.phase = Phase::Baseline(vec![]);
+        }
+        // A change left in place by a pause was never judged: undo it
+        // before measuring anything, and do not retry it before
+        // retry_after (it may be what disturbed the paths).
+        if let Some(tr) = self.dropped.take()
+            && self.mode == Mode::Tune
+        {
+            self.note(
+                t,
+                Some(tr.knob),
+                &tr.to.show(tr.knob),
+                &tr.from.show(tr.knob),
+                Some(tr.base.mean),
+                Some(w.mib_s),
+                format!("{}: paused during the trial: reverted unjudged", tr.reason),
+                Outcome::Reverted,
+            );
+            if let Some(c) = self.class {
+                self.tried
+                    .insert((c.key(), tr.knob, trial_value(tr.knob, &tr.to)), t);
+            }
+            self.phase = Phase::Recovering(self.cfg.settle_windows);
+            return Some(Action {
+                to: tr.from,
+                knob: tr.knob,
+            });
         }
         let class = Class::of(w)?;
         if self.class != Some(class) {
@@ -397,6 +428,14 @@ impl Tuner {
                 None
             }
             Phase::Paused(_) => unreachable!("handled above"),
+        }
+    }
+
+    /// Keeps the trial in progress, if any, to be undone on resume.
+    fn drop_trial(&mut self) {
+        if let Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _) = &self.phase
+        {
+            self.dropped = Some(tr.clone());
         }
     }
 
@@ -545,8 +584,11 @@ impl Tuner {
                 );
             }
             // Fewer slots on the paths keep requests waiting at the dm
-            // queue, where they merge (DESIGN.md section 4).
-            for qd in [32u32, 8, 2, 1] {
+            // queue, where they merge (DESIGN.md section 4). Merging starts
+            // only once paths x queue_depth < I/Os in flight, so shallow
+            // cuts rarely change anything: try a deep cut first, then
+            // deeper; 8 and 32 remain for an array that loses at low depth.
+            for qd in [2u32, 1, 8, 32] {
                 if qd < cur.queue_depth {
                     push(
                         Knob::QueueDepth,

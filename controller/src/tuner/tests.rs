@@ -352,3 +352,82 @@ fn weights_follow_capacity() {
     assert!(!differs_enough(&[13, 25, 50, 100], &[12, 25, 50, 100]));
     assert!(differs_enough(&[50, 100], &[100, 100]));
 }
+
+#[test]
+fn merging_under_a_trial_keeps_the_workload_sequential() {
+    // In the VM (seed 001's writes), queue_depth 2 makes requests merge and
+    // reach the paths out of order: the request-level sequential share
+    // drops to ~0.3. The trial must be judged, not dropped as a workload
+    // change, and the search must reach the deep cut.
+    let f = |s: &Settings| match s.queue_depth {
+        1 => 6.4,
+        2 => 4.4,
+        _ => 1.55,
+    };
+    let mut p = Plant::new(f, vec![1.0; 4]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let mut log = vec![];
+    for _ in 0..40 {
+        r.t += 5.0;
+        let s = r.tuner.settings().clone();
+        let mut w = p.window(&s, 4.0, 0.95, 0.0);
+        if s.queue_depth <= 2 {
+            w.seq_share = 0.3;
+            w.merge_pct = 75.0;
+            w.avg_request_kib = 16.0;
+        }
+        if let Some(a) = r.tuner.on_window(r.t, &w, &Health::default()) {
+            r.tuner.applied(r.t, a.knob, &a.to, a.to.clone(), None);
+        }
+        log.extend(r.tuner.drain());
+    }
+    assert!(
+        !log.iter().any(|d| d.reason.contains("workload changed")),
+        "{log:#?}"
+    );
+    assert_eq!(r.tuner.settings().queue_depth, 1, "{log:#?}");
+    // The deep cut comes first: no trial of 32 or 8 before it.
+    let first = log
+        .iter()
+        .find(|d| d.knob == Some(Knob::QueueDepth))
+        .unwrap();
+    assert_eq!(first.new, "2", "{log:#?}");
+}
+
+#[test]
+fn a_trial_cut_short_by_a_pause_is_undone_on_resume() {
+    // Seen in the VM: an active_paths trial paused by a path state change
+    // stayed in place, never judged, and became the next baseline.
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let start = example(4);
+    let mut r = Run::new(Mode::Tune, start.clone());
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
+    assert_eq!(r.applied.len(), 1, "a trial started");
+    let trial = r.applied[0].clone();
+    let failed = Health {
+        failed_paths: vec!["sda".into()],
+        ..Default::default()
+    };
+    r.steps(&mut p, 2, 64.0, 0.0, 1.0, &failed);
+    assert_eq!(r.applied.len(), 1, "nothing is changed while paused");
+    r.steps(&mut p, 1, 64.0, 0.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let undo = log
+        .iter()
+        .find(|d| d.outcome == Outcome::Reverted)
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert!(undo.reason.contains("paused during the trial"), "{undo:?}");
+    assert_eq!(r.applied.len(), 2);
+    assert_eq!(r.applied[1].0, trial.0);
+    assert_eq!(
+        r.applied[1].1, start,
+        "back to the settings before the trial"
+    );
+    // The same change is not tried again at once.
+    r.steps(&mut p, 12, 64.0, 0.0, 1.0, &Health::default());
+    assert!(
+        !r.applied[2..].iter().any(|(_, s)| *s == trial.1),
+        "{:#?}",
+        r.tuner.drain()
+    );
+}

@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use xtask::util::workspace_root;
 
+mod mpath;
 mod observer;
 mod reload;
 
@@ -15,12 +16,17 @@ pub enum Cmd {
     /// The stall of a table reload (reader's worst latency across it):
     /// pathpilot's ioctls vs dmsetup, idle / QD4 / QD16, in the VM.
     Reload(reload::Args),
+    /// The seeds' experiments and the tuner against every static
+    /// configuration, in the VM testbed (stream, merge, asym, switch,
+    /// overhead, repeat): tables, target/bench/NAME.json and .png.
+    Mpath(mpath::Args),
 }
 
 pub fn run(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Observer(a) => observer::run(a),
         Cmd::Reload(a) => reload::run(a),
+        Cmd::Mpath(a) => mpath::run(a),
     }
 }
 

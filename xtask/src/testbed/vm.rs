@@ -672,7 +672,9 @@ impl Testbed {
     }
 
     /// Changes path `i`'s caps live (MiB/s, IOPS; 0 = none). With the wire
-    /// model the bandwidth is the link's tbf rate.
+    /// model the bandwidth is the link's tbf rate. A cap of about zero
+    /// (`set_caps(i, 1.0 / 1048576.0, 0)`: 1 B/s) hangs the path; setting a
+    /// usable cap again releases the requests it held.
     pub fn set_caps(&self, i: usize, mib: f64, iops: u64) -> Result<()> {
         self.check_path(i)?;
         let bps = match &self.wire {
@@ -682,11 +684,25 @@ impl Testbed {
             }
             None => (mib * 1048576.0) as u64,
         };
+        // A request queued under a near-zero limit (a hung path) waits for
+        // a timer computed under that limit: hours at ~1 B/s. Reopening
+        // the throttle node drains it, which re-issues the queued requests.
+        let stalls = |(mib, iops): (f64, u64)| {
+            (self.wire.is_none() && mib > 0.0 && mib * 1048576.0 < 65536.0) || iops == 1
+        };
+        let was_stalled = stalls(self.caps.lock().unwrap()[i]);
         self.qmp(
             "qom-set",
             json!({"path": format!("tg{i}"), "property": "limits", "value": {"bps-total": bps, "iops-total": iops}}),
         )?;
         self.caps.lock().unwrap()[i] = (mib, iops);
+        if was_stalled && !stalls((mib, iops)) {
+            self.qmp(
+                "blockdev-reopen",
+                json!({"options": [{"driver": "throttle", "node-name": format!("t{i}"),
+                                    "throttle-group": format!("tg{i}"), "file": format!("f{i}")}]}),
+            )?;
+        }
         Ok(())
     }
 

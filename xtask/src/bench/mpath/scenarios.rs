@@ -1,0 +1,547 @@
+//! The scenarios of issue 7, each in its own testbed boot(s).
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use xtask::testbed::{Link, Testbed};
+
+use super::{Opts, Point, Report, Rig, Row, Static, Workload, compare, show_settings};
+
+fn boot(paths: usize, caps: &[f64], link: Link) -> xtask::testbed::Builder {
+    Testbed::builder()
+        .paths(paths)
+        .caps_mib(caps)
+        .link(link)
+        .mem_mib(768)
+        .cmd_timeout(Duration::from_secs(600))
+}
+
+/// `a`'s MiB/s over `b`'s in one case.
+fn ratio(r: &Report, case: &str, a: &str, b: &str) -> f64 {
+    match (r.row(case, a), r.row(case, b)) {
+        (Some(x), Some(y)) if y.p.mib_s > 0.0 => x.p.mib_s / y.p.mib_s,
+        _ => f64::NAN,
+    }
+}
+
+/// Unequal paths (10/20/40/80 MiB/s), 64 KiB random reads at QD16.
+pub fn asym(o: &Opts) -> Result<Report> {
+    let caps = [10.0, 20.0, 40.0, 80.0];
+    let tb = boot(4, &caps, Link::Throttle).boot()?;
+    let rig = Rig::new(&tb, o)?;
+    // single-path: the fastest one.
+    let mut statics = Static::standard(3);
+    statics.push(Static::grid("st 13:25:50:100").weights(&[13, 25, 50, 100]));
+    statics.push(
+        Static::grid("st 3 fastest 25:50:100")
+            .weights(&[13, 25, 50, 100])
+            .active(&[1, 2, 3]),
+    );
+    if !o.quick {
+        statics.push(
+            Static::grid("ql 2 fastest")
+                .selector("queue-length")
+                .active(&[2, 3]),
+        );
+    }
+    let case = "64k randread qd16";
+    let w = [Workload {
+        case: case.into(),
+        fio: "--rw=randread --bs=64k --iodepth=16".into(),
+    }];
+    let mut r = Report::new("asym", Link::Throttle, caps.iter().sum());
+    r.rows = compare(&rig, &w, &statics)?;
+    tb.power_off()?;
+    let pp = r.row(case, "pathpilot").map_or(f64::NAN, |x| x.p.mib_s);
+    let share = pp / r.sum_of_caps;
+    r.verdict(
+        format!("pathpilot >= 95% of the sum of caps: {:.0}%", share * 100.0),
+        share >= 0.95,
+    );
+    let x = ratio(&r, case, "pathpilot", "round-robin");
+    r.verdict(format!("pathpilot >= 3x round-robin: {x:.2}x"), x >= 3.0);
+    Ok(r)
+}
+
+/// One 1 MiB sequential reader over the wire link, 2 and 4 equal paths.
+pub fn stream(o: &Opts) -> Result<Report> {
+    let cap = 20.0;
+    let mut r = Report::new("stream", Link::Wire, 4.0 * cap);
+    for n in [2usize, 4] {
+        let tb = boot(n, &[cap], Link::Wire).boot()?;
+        let rig = Rig::new(&tb, o)?;
+        let mut statics = Static::standard(0);
+        let kbs: &[u32] = match (o.quick, n) {
+            (true, 2) => &[512],
+            (true, _) => &[256, 128],
+            _ => &[512, 256, 128],
+        };
+        for kb in kbs {
+            statics.push(Static::grid(&format!("st max_sectors_kb {kb}")).msk(*kb));
+        }
+        let w: Vec<Workload> = [1, 8]
+            .iter()
+            .map(|qd| Workload {
+                case: format!("{n} paths 1m qd{qd}"),
+                fio: format!("--rw=read --bs=1m --iodepth={qd}"),
+            })
+            .collect();
+        for x in &w {
+            r.case_caps.insert(x.case.clone(), n as f64 * cap);
+        }
+        r.rows.extend(compare(&rig, &w, &statics)?);
+        tb.power_off()?;
+        let target = if n == 2 { 1.8 } else { 3.4 };
+        let case = format!("{n} paths 1m qd1");
+        let x = ratio(&r, &case, "pathpilot", "single-path");
+        r.verdict(
+            format!("{n} paths QD1: pathpilot >= {target}x one path: {x:.2}x"),
+            x >= target,
+        );
+    }
+    Ok(r)
+}
+
+/// Seed 001: 4 KiB sequential writes against IOPS caps, per path and shared.
+pub fn merge(o: &Opts) -> Result<Report> {
+    let mut r = Report::new("merge", Link::Throttle, 0.0);
+    r.unit = "MIB/S";
+    r.notes.push(
+        "workload: one fio job, 4 KiB sequential O_DIRECT writes, 32 in flight (DESIGN.md's workload S: \
+         32 writers at QD1 in one interleaved stream (I) repeat within a factor 2 only, 32 writers on \
+         their own ranges (R) never merge); sum_of_caps is in IOPS x 4 KiB"
+            .into(),
+    );
+    for shared in [false, true] {
+        let mut b = boot(4, &[], Link::Throttle);
+        let case = if shared {
+            b = b.shared_iops(400);
+            "shared 400 iops"
+        } else {
+            b = b.iops(&[100]);
+            "100 iops per path"
+        };
+        let tb = b.boot()?;
+        let rig = Rig::new(&tb, o)?;
+        let mut statics = Static::standard(0);
+        let mut grid: Vec<Static> = vec![];
+        if !o.quick {
+            grid.push(Static::grid("2 active").active(&[0, 1]));
+        }
+        if !o.quick {
+            grid.push(Static::grid("1 active").active(&[0]));
+            grid.push(Static::grid("qd 32").qd(32));
+            grid.push(Static::grid("qd 16").qd(16));
+        }
+        if !o.quick || !shared {
+            grid.push(Static::grid("qd 4").qd(4));
+        }
+        grid.push(Static::grid("qd 1").qd(1));
+        if !o.quick {
+            for nr in [128, 256, 1024] {
+                grid.push(Static::grid(&format!("qd 1 nr {nr}")).qd(1).nr(nr));
+            }
+        }
+        grid.push(Static::grid("2 active qd 1").active(&[0, 1]).qd(1));
+        if shared {
+            grid.push(Static::grid("1 active qd 1").active(&[0]).qd(1));
+        }
+        statics.extend(grid);
+        let w = [Workload {
+            case: case.into(),
+            fio: "--rw=write --bs=4k --iodepth=32 --size=256m".into(),
+        }];
+        r.case_caps.insert(case.into(), 400.0 * 4.0 / 1024.0);
+        r.rows.extend(compare(&rig, &w, &statics)?);
+        tb.power_off()?;
+        let target = if shared { 5.0 } else { 3.0 };
+        let x = ratio(&r, case, "pathpilot", "multipathd-default");
+        r.verdict(
+            format!("{case}: pathpilot >= {target}x multipathd-default: {x:.2}x"),
+            x >= target,
+        );
+    }
+    r.sum_of_caps = 400.0 * 4.0 / 1024.0;
+    Ok(r)
+}
+
+/// A phase of the switching workload.
+struct Phase {
+    name: &'static str,
+    fio: &'static str,
+}
+
+const PHASES: [Phase; 3] = [
+    Phase {
+        name: "64k randread qd16",
+        fio: "--rw=randread --bs=64k --iodepth=16",
+    },
+    Phase {
+        name: "1m read qd1",
+        fio: "--rw=read --bs=1m --iodepth=1",
+    },
+    Phase {
+        name: "4k write qd32",
+        fio: "--rw=write --bs=4k --iodepth=32 --size=256m",
+    },
+];
+
+/// Runs the phase sequence on the map; returns per-phase points and the
+/// guest's unix time at each phase's start.
+fn run_phases(rig: &Rig, phase_s: u32, cycles: usize) -> Result<(Vec<Point>, Vec<f64>)> {
+    let mut pts = vec![];
+    let mut starts = vec![];
+    for _ in 0..cycles {
+        for ph in &PHASES {
+            let t = rig.tb.sh("date +%s")?.trim().parse::<f64>().unwrap_or(0.0);
+            starts.push(t);
+            // No ramp: a workload change is what is measured.
+            let p = rig.measure_secs(&rig.dm, &format!("{} --ramp_time=0", ph.fio), phase_s)?;
+            pts.push(p);
+        }
+    }
+    Ok((pts, starts))
+}
+
+/// The workload changes every phase; throughput over the whole run.
+pub fn switch(o: &Opts) -> Result<Report> {
+    let caps = [10.0, 20.0, 40.0, 80.0];
+    let tb = boot(4, &caps, Link::Throttle).boot()?;
+    let rig = Rig::new(&tb, o)?;
+    let (phase_s, cycles) = if o.quick { (12, 1) } else { (60, 2) };
+    let mut statics = if o.quick {
+        vec![
+            Static::sel("round-robin", "round-robin"),
+            Static::sel("service-time", "service-time"),
+        ]
+    } else {
+        Static::standard(3)
+            .into_iter()
+            .filter(|s| s.raw.is_none())
+            .collect()
+    };
+    statics.push(Static::grid("st 13:25:50:100").weights(&[13, 25, 50, 100]));
+    let mut r = Report::new("switch", Link::Throttle, caps.iter().sum());
+    r.notes.push(format!(
+        "phases of {phase_s} s, {cycles} cycle(s): {}; mib_s = MiB moved / seconds measured",
+        PHASES
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(" -> ")
+    ));
+    if o.quick {
+        r.notes.push(
+            "--quick compares round-robin, service-time and the weighted grid point only".into(),
+        );
+    }
+    rig.reset()?;
+    rig.measure_secs(&rig.dm, PHASES[0].fio, 2)?;
+    let case = "switching";
+    let summarize = |pts: &[Point]| -> Point {
+        let secs = phase_s as f64;
+        let n = pts.len().max(1) as f64;
+        Point {
+            mib_s: pts.iter().map(|p| p.mib_s * secs).sum::<f64>() / (secs * n),
+            iops: pts.iter().map(|p| p.iops).sum::<f64>() / n,
+            lat_p99_ms: pts.iter().map(|p| p.lat_p99_ms).fold(0.0, f64::max),
+            avg_request_kib: f64::NAN,
+            merge_pct: f64::NAN,
+            path_avg_request_kib: None,
+            bounces_s: None,
+        }
+    };
+    let phase_json = |pts: &[Point]| -> Value {
+        json!(
+            pts.iter()
+                .enumerate()
+                .map(|(i, p)| json!({"phase": PHASES[i % PHASES.len()].name, "mib_s": (p.mib_s * 100.0).round() / 100.0,
+                    "avg_request_kib": (p.avg_request_kib * 10.0).round() / 10.0, "merge_pct": (p.merge_pct * 10.0).round() / 10.0}))
+                .collect::<Vec<_>>()
+        )
+    };
+    let mut best: Option<Row> = None;
+    let mut rows = vec![];
+    for s in &statics {
+        rig.apply(s)?;
+        let (pts, _) = run_phases(&rig, phase_s, cycles)?;
+        let row = Row::new(
+            case,
+            if s.name.starts_with("st ") {
+                "grid"
+            } else {
+                s.name.as_str()
+            },
+            summarize(&pts),
+        )
+        .with("setting", json!(s.describe()))
+        .with("phases", phase_json(&pts))
+        .with("label", json!(s.name));
+        eprintln!("bench: switch / {}: {:.1} MiB/s", s.name, row.p.mib_s);
+        if best.as_ref().is_none_or(|b| row.p.mib_s > b.p.mib_s) {
+            best = Some(row.clone());
+        }
+        rows.push(row);
+    }
+    // pathpilot from the defaults, learning as the workload changes.
+    rig.reset()?;
+    rig.start_daemon("tune")?;
+    let (pts, starts) = run_phases(&rig, phase_s, cycles)?;
+    let st = rig.status()?;
+    let settings = show_settings(&st["maps"][0]["settings"]);
+    let decisions = st["decisions"].as_array().cloned().unwrap_or_default();
+    let log = rig.decisions(0)?;
+    rig.stop_daemon()?;
+    tb.power_off()?;
+    // Settle time after each change: the last decision within the phase.
+    let mut settle = vec![];
+    for (i, t0) in starts.iter().enumerate() {
+        let t1 = starts.get(i + 1).copied().unwrap_or(f64::INFINITY);
+        let last = decisions
+            .iter()
+            .filter_map(|d| d["unix"].as_f64())
+            .filter(|u| *u >= *t0 && *u < t1)
+            .fold(None, |a: Option<f64>, u| Some(a.map_or(u, |x| x.max(u))));
+        settle.push(json!({
+            "phase": PHASES[i % PHASES.len()].name,
+            "settle_s": last.map(|u| ((u - t0) * 10.0).round() / 10.0),
+            "decisions": decisions.iter().filter(|d| d["unix"].as_f64().is_some_and(|u| u >= *t0 && u < t1)).count(),
+        }));
+    }
+    eprintln!("bench: switch / pathpilot:\n  {}", log.join("\n  "));
+    let ours = Row::new(case, "pathpilot", summarize(&pts))
+        .with("setting", json!(settings))
+        .with("phases", phase_json(&pts))
+        .with("settle_per_phase", json!(settle))
+        .with("decisions", json!(log));
+    let mut out: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.config != "grid")
+        .cloned()
+        .collect();
+    if let Some(b) = best {
+        let setting = b.extra.get("setting").cloned().unwrap_or(Value::Null);
+        let mut o = Row::new(case, "oracle", b.p.clone()).with("setting", setting);
+        o.extra.insert("phases".into(), b.extra["phases"].clone());
+        out.push(o.with("label", json!("oracle")));
+    }
+    let best_static = out.iter().map(|r| r.p.mib_s).fold(0.0, f64::max);
+    r.verdict(
+        format!(
+            "pathpilot over the whole run vs the best static configuration: {:.1} vs {:.1} MiB/s",
+            ours.p.mib_s, best_static
+        ),
+        ours.p.mib_s >= best_static,
+    );
+    out.push(ours);
+    out.extend(rows.into_iter().filter(|r| r.config == "grid"));
+    r.rows = out;
+    Ok(r)
+}
+
+/// Seed 002: the observer's cost: the daemon in observe mode vs none.
+pub fn overhead(o: &Opts) -> Result<Report> {
+    let tb = boot(4, &[], Link::Throttle).boot()?;
+    let rig = Rig::new(&tb, o)?;
+    let fio = "--rw=randread --bs=4k --iodepth=16";
+    let rounds = if o.quick { 3 } else { 5 } * o.reps.max(1);
+    rig.reset()?;
+    rig.measure_secs(&rig.dm, fio, 2)?;
+    let (mut off, mut on, mut cpu) = (vec![], vec![], vec![]);
+    for i in 0..rounds {
+        for attached in if i % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        } {
+            if attached {
+                rig.start_daemon("observe")?;
+                // Let it attach its probes and run a window.
+                std::thread::sleep(Duration::from_secs(3));
+                let pid = rig.daemon_pid()?;
+                let ticks = |tb: &Testbed| -> Result<u64> {
+                    let s = tb.sh(&format!("cat /proc/{pid}/stat"))?;
+                    let f: Vec<&str> = s
+                        .rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .split_whitespace()
+                        .collect();
+                    Ok(f.get(11).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0)
+                        + f.get(12).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0))
+                };
+                let t0 = ticks(&tb)?;
+                let t = Instant::now();
+                let p = rig.measure(&rig.dm, fio)?;
+                let el = t.elapsed().as_secs_f64();
+                let t1 = ticks(&tb)?;
+                cpu.push(t1.saturating_sub(t0) as f64 / 100.0 / el * 100.0);
+                eprintln!("bench: overhead / observer: {:.1} MiB/s", p.mib_s);
+                on.push(p);
+                rig.stop_daemon()?;
+            } else {
+                let p = rig.measure(&rig.dm, fio)?;
+                eprintln!("bench: overhead / detached: {:.1} MiB/s", p.mib_s);
+                off.push(p);
+            }
+        }
+    }
+    tb.power_off()?;
+    let mut r = Report::new("overhead", Link::Throttle, 0.0);
+    let case = "4k randread qd16";
+    let a = Point::median_of(&off);
+    let b = Point::median_of(&on);
+    let mut c = cpu.clone();
+    let cpu_med = super::median(&mut c);
+    let loss = (1.0 - b.mib_s / a.mib_s) * 100.0;
+    r.notes.push(format!(
+        "uncapped paths (the guest CPU is the limit, so the observer's cost shows fully); {rounds} alternated pairs, medians; the daemon's CPU share is of one guest CPU during the run"
+    ));
+    r.rows.push(
+        Row::new(case, "detached", a)
+            .with("setting", json!("no daemon"))
+            .with(
+                "runs",
+                json!(
+                    off.iter()
+                        .map(|p| (p.mib_s * 100.0).round() / 100.0)
+                        .collect::<Vec<_>>()
+                ),
+            ),
+    );
+    r.rows.push(
+        Row::new(case, "observer", b)
+            .with(
+                "setting",
+                json!(format!(
+                    "pathpilot daemon --mode observe, cpu {cpu_med:.1}%"
+                )),
+            )
+            .with("daemon_cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
+            .with("throughput_lost_pct", json!((loss * 10.0).round() / 10.0))
+            .with(
+                "runs",
+                json!(
+                    on.iter()
+                        .map(|p| (p.mib_s * 100.0).round() / 100.0)
+                        .collect::<Vec<_>>()
+                ),
+            ),
+    );
+    r.verdict(
+        format!("observer costs <= 2% throughput: {loss:.1}% (daemon CPU {cpu_med:.1}%)"),
+        loss <= 2.0,
+    );
+    Ok(r)
+}
+
+/// Seed 000's table: request size x repeat count, written and read back,
+/// next to the same sizes over the honoured knob (max_sectors_kb).
+pub fn repeat(o: &Opts) -> Result<Report> {
+    let cap = 20.0;
+    let tb = boot(2, &[cap], Link::Wire).boot()?;
+    let rig = Rig::new(&tb, o)?;
+    let (sizes, counts, kbs): (&[u32], &[u32], &[u32]) = if o.quick {
+        (&[4, 64, 1024], &[1, 1000], &[512])
+    } else {
+        (
+            &[4, 16, 64, 256, 1024],
+            &[1, 10, 100, 1000],
+            &[512, 256, 128],
+        )
+    };
+    let secs = if o.quick { 3 } else { o.secs };
+    let mut r = Report::new("repeat", Link::Wire, 2.0 * cap);
+    r.notes.push(
+        "one sequential O_DIRECT reader at QD1 (seed 000's sg_dd), round-robin, 2 paths on the wire link"
+            .into(),
+    );
+    rig.reset()?;
+    rig.measure_secs(&rig.dm, "--rw=read --bs=1m --iodepth=1", 2)?;
+    let mut grid = vec![];
+    for &n in counts {
+        let mut s = Static::sel(&format!("rr_min_io {n}"), "round-robin");
+        s.repeat = Some(n);
+        let table = rig.apply(&s)?;
+        let kept = kept_repeat(&table).context("repeat count in the table")?;
+        for &kib in sizes {
+            let p =
+                rig.measure_secs(&rig.dm, &format!("--rw=read --bs={kib}k --iodepth=1"), secs)?;
+            eprintln!(
+                "bench: repeat {n} (kept {kept}) {kib} KiB: {:.1} MiB/s",
+                p.mib_s
+            );
+            r.rows.push(
+                Row::new(&format!("{kib} KiB"), "round-robin", p)
+                    .with("repeat_count_set", json!(n))
+                    .with("repeat_count_kept", json!(kept))
+                    .with("request_kib", json!(kib))
+                    .with(
+                        "setting",
+                        json!(format!("rr_min_io {n} -> kernel kept {kept}")),
+                    )
+                    .with("label", json!(format!("rr {n}"))),
+            );
+        }
+    }
+    for &kb in kbs {
+        let s = Static::grid(&format!("max_sectors_kb {kb}"))
+            .selector("round-robin")
+            .msk(kb);
+        rig.apply(&s)?;
+        for &kib in sizes {
+            let p =
+                rig.measure_secs(&rig.dm, &format!("--rw=read --bs={kib}k --iodepth=1"), secs)?;
+            eprintln!(
+                "bench: repeat grid max_sectors_kb {kb} {kib} KiB: {:.1} MiB/s",
+                p.mib_s
+            );
+            grid.push(
+                Row::new(&format!("{kib} KiB"), "max_sectors_kb", p)
+                    .with("request_kib", json!(kib))
+                    .with("max_sectors_kb", json!(kb))
+                    .with(
+                        "setting",
+                        json!(format!("round-robin, max_sectors_kb {kb}")),
+                    )
+                    .with("label", json!(format!("msk {kb}"))),
+            );
+        }
+    }
+    tb.power_off()?;
+    r.rows.extend(grid);
+    // Chart and table by request size.
+    r.rows.sort_by_key(|x| {
+        x.extra
+            .get("request_kib")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+    });
+    let pinned = r
+        .rows
+        .iter()
+        .filter_map(|x| x.extra.get("repeat_count_kept").and_then(|v| v.as_u64()))
+        .all(|k| k == 1);
+    r.verdict(
+        "every repeat count reads back as 1 (pinned since Linux 4.6), and is reported so".into(),
+        pinned,
+    );
+    Ok(r)
+}
+
+/// The repeat count of the first path in a round-robin table line.
+fn kept_repeat(table: &str) -> Option<u64> {
+    let t: Vec<&str> = table.split_whitespace().collect();
+    let i = t.iter().position(|x| *x == "round-robin")?;
+    // round-robin <#sel_args> <#paths> <#path_args> <dev> <repeat>
+    t.get(i + 5)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn repeat_count_from_table() {
+        let t = "0 2097152 multipath 0 0 1 1 round-robin 0 2 1 8:0 1 8:16 1";
+        assert_eq!(super::kept_repeat(t), Some(1));
+    }
+}
