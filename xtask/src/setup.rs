@@ -74,9 +74,22 @@ fn missing_packages() -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether apt's package lists can name the kernel the VM testbed
+/// downloads (a machine may have every package but empty lists).
+fn lists_know_the_testbed_kernel() -> bool {
+    Command::new("apt-cache")
+        .args(["depends", "linux-image-amd64"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("linux-image-6"))
+}
+
 fn apt() -> Result<String> {
     let missing = missing_packages();
     if missing.is_empty() {
+        if !lists_know_the_testbed_kernel() && unsafe { libc::geteuid() } == 0 {
+            println!("setup: apt lists cannot name the testbed kernel: apt-get update");
+            run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+        }
         return Ok(format!("all {} present", APT_PACKAGES.len()));
     }
     if unsafe { libc::geteuid() } != 0 {
