@@ -86,8 +86,7 @@ pub fn run(args: Args) -> Result<()> {
                 .or_insert_with(|| display_name(dev))
                 .clone();
             let map = maps.get(&dev).map(|m| display_name(*m));
-            let row = DeviceInterval::between(dev, &name, map, &prev, &cur)
-                .unwrap_or_else(|| idle(dev, &name, &prev, &cur));
+            let row = DeviceInterval::between_or_idle(dev, &name, map, &prev, &cur);
             if !devices.is_empty() || row.active() {
                 rows.push(row);
             }
@@ -107,26 +106,6 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// A watched device with no counters yet: an all-zero row, so a quiet
-/// device still shows up.
-fn idle(
-    dev: DevNum,
-    name: &str,
-    prev: &crate::observer::Snapshot,
-    cur: &crate::observer::Snapshot,
-) -> DeviceInterval {
-    let mut c = cur.clone();
-    c.devices.insert(
-        dev,
-        crate::observer::DeviceCounters {
-            stats: pathpilot_common::DevStats::ZERO,
-            inflight: 0,
-            inflight_peak: 0,
-        },
-    );
-    DeviceInterval::between(dev, name, None, prev, &c).expect("device inserted above")
 }
 
 const HEADER: &str = "time      device           r/s      w/s   rMiB/s   wMiB/s  avgKiB merge%  seq%    p50us    p99us inflt  max util%  err";

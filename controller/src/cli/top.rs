@@ -128,20 +128,7 @@ pub fn hctl(dev: DevNum) -> String {
 }
 
 fn interval_of(dev: DevNum, prev: &Snapshot, cur: &Snapshot) -> DeviceInterval {
-    let name = display_name(dev);
-    DeviceInterval::between(dev, &name, None, prev, cur).unwrap_or_else(|| {
-        // A device with no counters yet: a zero row.
-        let mut c = cur.clone();
-        c.devices.insert(
-            dev,
-            crate::observer::DeviceCounters {
-                stats: pathpilot_common::DevStats::ZERO,
-                inflight: 0,
-                inflight_peak: 0,
-            },
-        );
-        DeviceInterval::between(dev, &name, None, prev, &c).expect("inserted")
-    })
+    DeviceInterval::between_or_idle(dev, &display_name(dev), None, prev, cur)
 }
 
 fn hist(h: &BTreeMap<u64, u64>) -> Vec<(u64, u64)> {

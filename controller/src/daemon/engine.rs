@@ -190,22 +190,6 @@ fn rates_of(i: &DeviceInterval) -> Rates {
     }
 }
 
-/// The interval of a device, or zeros when it had no counters yet.
-fn interval(dev: DevNum, name: &str, prev: &Snapshot, cur: &Snapshot) -> DeviceInterval {
-    DeviceInterval::between(dev, name, None, prev, cur).unwrap_or_else(|| {
-        let mut c = cur.clone();
-        c.devices.insert(
-            dev,
-            crate::observer::DeviceCounters {
-                stats: pathpilot_common::DevStats::ZERO,
-                inflight: 0,
-                inflight_peak: 0,
-            },
-        );
-        DeviceInterval::between(dev, name, None, prev, &c).expect("inserted")
-    })
-}
-
 impl Engine {
     pub fn start(
         cfg: Config,
@@ -934,11 +918,11 @@ impl Engine {
         let cur = self.obs.snapshot()?;
         let t = self.t();
         for m in &mut self.maps {
-            let mi = interval(m.dev, &m.kernel_name, &self.prev, &cur);
+            let mi = DeviceInterval::between_or_idle(m.dev, &m.kernel_name, None, &self.prev, &cur);
             let pis: Vec<DeviceInterval> = m
                 .paths
                 .iter()
-                .map(|p| interval(p.dev, &p.name, &self.prev, &cur))
+                .map(|p| DeviceInterval::between_or_idle(p.dev, &p.name, None, &self.prev, &cur))
                 .collect();
             totals_add(&mut m.totals, &mi);
             m.rates = rates_of(&mi);

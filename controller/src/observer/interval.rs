@@ -92,6 +92,17 @@ impl DeviceInterval {
         cur: &Snapshot,
     ) -> Option<Self> {
         let c = cur.devices.get(&dev)?;
+        Some(Self::from_counters(dev, name, map, prev, cur, c))
+    }
+
+    fn from_counters(
+        dev: DevNum,
+        name: &str,
+        map: Option<String>,
+        prev: &Snapshot,
+        cur: &Snapshot,
+        c: &DeviceCounters,
+    ) -> Self {
         let zero = DeviceCounters {
             stats: DevStats::ZERO,
             inflight: 0,
@@ -120,7 +131,7 @@ impl DeviceInterval {
             )),
             _ => None,
         };
-        Some(Self {
+        Self {
             device: name.to_string(),
             dev: dev.to_string(),
             map,
@@ -170,7 +181,25 @@ impl DeviceInterval {
             requeues: d(cs.requeues, ps.requeues),
             remapped: d(cs.remapped, ps.remapped),
             util_pct: util,
-        })
+        }
+    }
+
+    /// As [`between`](Self::between), but a device with no counters yet
+    /// (watched, quiet so far) gets an all-zero row instead of none.
+    pub fn between_or_idle(
+        dev: DevNum,
+        name: &str,
+        map: Option<String>,
+        prev: &Snapshot,
+        cur: &Snapshot,
+    ) -> Self {
+        let zero = DeviceCounters {
+            stats: DevStats::ZERO,
+            inflight: 0,
+            inflight_peak: 0,
+        };
+        let counters = cur.devices.get(&dev).unwrap_or(&zero);
+        Self::from_counters(dev, name, map, prev, cur, counters)
     }
 
     /// Whether anything happened on the device in this interval.
