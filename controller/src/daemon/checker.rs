@@ -81,24 +81,9 @@ fn read_aligned(f: &File) -> io::Result<()> {
     }
 }
 
-/// Reads and writes the device has completed (sysfs `stat` fields 1 and 5).
-fn completed_ios(name: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
-    let f: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    Some(f.first()? + f.get(4)?)
-}
-
 struct PathChecker {
     trigger: Sender<()>,
     started: Option<Instant>,
-    /// The timeout clock of the check in flight and the path's completed
-    /// I/Os when it last (re)started: a path whose other requests keep
-    /// completing is slow (saturated behind a low queue_depth), not hung,
-    /// and its check is given more time instead of failing the path.
-    waiting_since: Option<(Instant, u64)>,
     last_start: Option<Instant>,
     verdict: Verdict,
     /// When the check that gave `verdict` started.
@@ -175,7 +160,6 @@ impl Checkers {
             PathChecker {
                 trigger,
                 started: None,
-                waiting_since: None,
                 last_start: None,
                 verdict: Verdict::Unknown,
                 verdict_from: None,
@@ -239,20 +223,8 @@ impl Checkers {
             }
         }
         for (name, p) in self.paths.iter_mut() {
-            if let (Some(_), Some((since, done))) = (p.started, p.waiting_since)
-                && now.duration_since(since) >= self.timeout
-                && p.verdict != Verdict::Timeout
-                && let Some(now_done) = completed_ios(name)
-                && now_done > done
-            {
-                p.waiting_since = Some((now, now_done));
-                continue;
-            }
             match p.started {
-                Some(s)
-                    if p.waiting_since
-                        .is_some_and(|(since, _)| now.duration_since(since) >= self.timeout) =>
-                {
+                Some(s) if now.duration_since(s) >= self.timeout => {
                     if p.verdict != Verdict::Timeout {
                         p.verdict_from = Some(s);
                         changes.push(Change {
@@ -260,7 +232,7 @@ impl Checkers {
                             from: p.verdict,
                             to: Verdict::Timeout,
                             detail: Some(format!(
-                                "no answer to a 4 KiB read, and no I/O completed on the path, for {:.1} s",
+                                "no answer to a 4 KiB read in {:.1} s",
                                 self.timeout.as_secs_f64()
                             )),
                         });
@@ -274,7 +246,6 @@ impl Checkers {
                         && p.trigger.send(()).is_ok()
                     {
                         p.started = Some(now);
-                        p.waiting_since = Some((now, completed_ios(name).unwrap_or(0)));
                         p.last_start = Some(now);
                     }
                 }
