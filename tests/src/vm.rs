@@ -184,3 +184,38 @@ impl TestbedExt for Testbed {
         Ok(kib / 1024.0)
     }
 }
+
+/// Starts `pathpilot daemon` in the guest with config text `cfg` and
+/// environment `env` (e.g. `PATHPILOT_FAULT=...`, or empty), and waits
+/// until it answers on its socket. Its pid goes to /tmp/daemon.pid, its
+/// log is appended to /tmp/daemon.log.
+pub fn start_daemon(tb: &Testbed, cfg: &str, env: &str) -> Result<()> {
+    tb.sh(&format!(
+        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/test.toml <<'EOF'\n{cfg}EOF\n\
+         {env} pathpilot daemon --config /etc/pathpilot/test.toml >> /tmp/daemon.log 2>&1 &\n\
+         echo $! > /tmp/daemon.pid"
+    ))?;
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if tb
+            .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null")?
+            .success()
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bail!("the daemon did not come up:\n{}", daemon_log(tb))
+}
+
+/// The guest daemon's log so far.
+pub fn daemon_log(tb: &Testbed) -> String {
+    tb.sh("cat /tmp/daemon.log").unwrap_or_default()
+}
+
+/// The daemon's `status` data, as JSON.
+pub fn daemon_status(tb: &Testbed) -> Result<serde_json::Value> {
+    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
+    let v: serde_json::Value = serde_json::from_str(out.trim()).context("status JSON")?;
+    Ok(v["data"].clone())
+}

@@ -4,10 +4,10 @@
 //! the control socket leaves it serving.
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, TestbedExt, multipath_table},
+    vm::{Testbed, TestbedExt, daemon_status, multipath_table, start_daemon},
 };
 
 /// A config for fast tests: 2 s windows, short settle and hold times.
@@ -28,33 +28,6 @@ reload_min_interval_secs = 2
 flap_hold_secs = 6
 "#
     )
-}
-
-fn start_daemon(tb: &Testbed, cfg: &str) -> Result<()> {
-    tb.sh(&format!(
-        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/test.toml <<'EOF'\n{cfg}EOF\n\
-         (pathpilot daemon --config /etc/pathpilot/test.toml > /tmp/daemon.log 2>&1 &)"
-    ))?;
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
-        if tb
-            .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null")?
-            .success()
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    bail!(
-        "the daemon did not come up:\n{}",
-        tb.sh("cat /tmp/daemon.log")?
-    )
-}
-
-fn status(tb: &Testbed) -> Result<serde_json::Value> {
-    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
-    let v: serde_json::Value = serde_json::from_str(out.trim()).context("status JSON")?;
-    Ok(v["data"].clone())
 }
 
 /// MiB/s of `secs` of 64 KiB random reads at QD16 on `dev`.
@@ -120,8 +93,8 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
 
     // The daemon creates a round-robin map and tunes it under the same load.
-    start_daemon(&tb, &config("tune", "round-robin"))?;
-    let s = status(&tb)?;
+    start_daemon(&tb, &config("tune", "round-robin"), "")?;
+    let s = daemon_status(&tb)?;
     assert_eq!(s["maps"][0]["name"], "mpatha", "{s}");
     let dm = s["maps"][0]["dm_name"]
         .as_str()
@@ -151,7 +124,7 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
     );
     assert!(log.contains(" kept "), "{log}");
     // Every kept change reads back from the kernel as logged.
-    let s = status(&tb)?;
+    let s = daemon_status(&tb)?;
     assert_eq!(
         s["maps"][0]["settings"]["selector"],
         table.split_whitespace().nth(8).unwrap_or("")
@@ -167,12 +140,12 @@ fn observe_mode_changes_nothing() -> Result<()> {
                 for f in max_sectors_kb nr_requests scheduler; do cat /sys/block/dm-0/queue/$f; done; \
                 cat /sys/block/sd*/device/queue_depth /sys/block/sd*/queue/nr_requests";
     let before = tb.sh(snap)?;
-    start_daemon(&tb, &config("observe", "service-time"))?;
+    start_daemon(&tb, &config("observe", "service-time"), "")?;
     tb.sh(
         "fio --name=o --filename=/dev/dm-0 --rw=randread --bs=64k --direct=1 --ioengine=libaio \
          --iodepth=16 --runtime=60 --time_based --output=/dev/null",
     )?;
-    let s = status(&tb)?;
+    let s = daemon_status(&tb)?;
     let after = tb.sh(snap)?;
     assert_eq!(before, after, "observe mode changed the map or its knobs");
     // It did watch: the figures of the load are there, and no decision.
@@ -187,7 +160,7 @@ fn observe_mode_changes_nothing() -> Result<()> {
 #[test]
 fn a_pulled_path_pauses_tuning_without_io_errors() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(3).caps_mib(&[20.0, 20.0, 20.0]));
-    start_daemon(&tb, &config("tune", "round-robin"))?;
+    start_daemon(&tb, &config("tune", "round-robin"), "")?;
     // Writes with verification, across the pull and the return.
     let load = tb.spawn(
         "fio --name=v --filename=/dev/mapper/mpatha --rw=randwrite --bs=64k --direct=1 \
@@ -200,7 +173,7 @@ fn a_pulled_path_pauses_tuning_without_io_errors() -> Result<()> {
     // The daemon sees the path go (kernel failure or rescan) and pauses.
     let mut paused = false;
     while t_pull.elapsed() < Duration::from_secs(15) && !paused {
-        let s = status(&tb)?;
+        let s = daemon_status(&tb)?;
         paused = s["maps"][0]["tuner"] == "paused";
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -224,7 +197,7 @@ fn a_pulled_path_pauses_tuning_without_io_errors() -> Result<()> {
     let t = Instant::now();
     let mut ok = false;
     while t.elapsed() < Duration::from_secs(30) && !ok {
-        let s = status(&tb)?;
+        let s = daemon_status(&tb)?;
         let paths = s["maps"][0]["paths"]
             .as_array()
             .cloned()
@@ -246,7 +219,7 @@ fn a_pulled_path_pauses_tuning_without_io_errors() -> Result<()> {
 #[test]
 fn bad_socket_input_leaves_the_daemon_serving() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(2));
-    start_daemon(&tb, &config("tune", "service-time"))?;
+    start_daemon(&tb, &config("tune", "service-time"), "")?;
     for (req, code) in [
         ("this is not json", 2),
         ("{\"cmd\":\"explode\"}", 2),
@@ -268,7 +241,7 @@ fn bad_socket_input_leaves_the_daemon_serving() -> Result<()> {
     // Still serving, and a real change works.
     let o = tb.sh("pathpilot ctl '{\"cmd\":\"pause\",\"map\":\"mpatha\"}'")?;
     assert!(o.contains("\"paused\":true"), "{o}");
-    assert_eq!(status(&tb)?["maps"][0]["tuner"], "paused");
+    assert_eq!(daemon_status(&tb)?["maps"][0]["tuner"], "paused");
     let o = tb.sh("pathpilot ctl '{\"cmd\":\"fail\",\"path\":\"sda\"}'")?;
     assert!(o.contains("\"dm_state\":\"failed\""), "{o}");
     // Failed by hand, it stays failed: the checker does not undo it.
@@ -293,8 +266,8 @@ fn a_workload_switch_reconverges_and_snaps_back() -> Result<()> {
     // 001): small sequential writes gain from merging, which fewer path
     // slots bring; large reads do not care about it.
     let tb = boot_or_skip!(Testbed::builder().paths(4).cap_mib(40.0).shared_iops(400));
-    start_daemon(&tb, &config("tune", "service-time"))?;
-    let s = status(&tb)?;
+    start_daemon(&tb, &config("tune", "service-time"), "")?;
+    let s = daemon_status(&tb)?;
     let dm = s["maps"][0]["dm_name"]
         .as_str()
         .context("dm name")?
@@ -308,11 +281,11 @@ fn a_workload_switch_reconverges_and_snaps_back() -> Result<()> {
          --iodepth=32 --size=256m --time_based --runtime=70 --output-format=terse --terse-version=3"
     );
     tb.sh(&reads)?;
-    let first = status(&tb)?["maps"][0]["settings"].clone();
+    let first = daemon_status(&tb)?["maps"][0]["settings"].clone();
     eprintln!("after the reads: {first}");
-    let start_merges = status(&tb)?["maps"][0]["rates"].clone();
+    let start_merges = daemon_status(&tb)?["maps"][0]["rates"].clone();
     let out = tb.sh(&writes)?;
-    let s = status(&tb)?;
+    let s = daemon_status(&tb)?;
     let after = &s["maps"][0];
     eprintln!(
         "after the writes: {} rates {}",
@@ -358,7 +331,7 @@ fn a_workload_switch_reconverges_and_snaps_back() -> Result<()> {
     assert!(back, "no snap-back when the reads returned:\n{log}");
     // The writes moved the path queue depth (the merging lever); the reads
     // never touch it, so theirs is the one they started with.
-    let now = status(&tb)?["maps"][0]["settings"].clone();
+    let now = daemon_status(&tb)?["maps"][0]["settings"].clone();
     assert_ne!(
         after["settings"]["queue_depth"], first["queue_depth"],
         "{log}"

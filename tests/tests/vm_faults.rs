@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, TestbedExt},
+    vm::{Testbed, TestbedExt, daemon_log, daemon_status, start_daemon},
 };
 
 /// Checker timing of these tests (seconds).
@@ -38,32 +38,6 @@ flap_hold_secs = 6
     )
 }
 
-/// Starts the daemon with `env` (e.g. `PATHPILOT_FAULT=...`) and waits
-/// until it answers; its pid is in /tmp/daemon.pid, its log appends to
-/// /tmp/daemon.log.
-fn start_daemon(tb: &Testbed, cfg: &str, env: &str) -> Result<()> {
-    tb.sh(&format!(
-        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/test.toml <<'EOF'\n{cfg}EOF\n\
-         {env} pathpilot daemon --config /etc/pathpilot/test.toml >> /tmp/daemon.log 2>&1 &\n\
-         echo $! > /tmp/daemon.pid"
-    ))?;
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
-        if tb
-            .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null")?
-            .success()
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    bail!("the daemon did not come up:\n{}", daemon_log(tb))
-}
-
-fn daemon_log(tb: &Testbed) -> String {
-    tb.sh("cat /tmp/daemon.log").unwrap_or_default()
-}
-
 fn daemon_alive(tb: &Testbed) -> Result<bool> {
     Ok(tb
         .run("kill -0 $(cat /tmp/daemon.pid) 2>/dev/null")?
@@ -77,12 +51,6 @@ fn stop_daemon(tb: &Testbed) -> Result<()> {
         Ok(!daemon_alive(tb)?)
     })?;
     Ok(())
-}
-
-fn status(tb: &Testbed) -> Result<serde_json::Value> {
-    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
-    let v: serde_json::Value = serde_json::from_str(out.trim()).context("status JSON")?;
-    Ok(v["data"].clone())
 }
 
 /// Polls `cond` every 50 ms until it holds; returns how long that took.
@@ -141,7 +109,7 @@ fn all_active(tb: &Testbed, n: usize) -> Result<bool> {
 /// checked ready.
 fn wait_map_ready(tb: &Testbed, n: usize) -> Result<()> {
     poll(tb, "mpatha ready", Duration::from_secs(20), |tb| {
-        let s = status(tb)?;
+        let s = daemon_status(tb)?;
         let paths = s["maps"][0]["paths"]
             .as_array()
             .cloned()
@@ -302,7 +270,7 @@ fn all_paths_pulled_queue_then_no_path_retry() -> Result<()> {
     tb.pull_path(0)?;
     tb.pull_path(1)?;
     poll(&tb, "the map queueing", Duration::from_secs(10), |tb| {
-        Ok(status(tb)?["maps"][0]["state"] == "queueing")
+        Ok(daemon_status(tb)?["maps"][0]["state"] == "queueing")
     })?;
     // Writes are held, not failed: the job is still running 5 s later.
     std::thread::sleep(Duration::from_secs(5));
@@ -374,7 +342,7 @@ fn all_paths_pulled_queue_then_no_path_retry() -> Result<()> {
         o.stdout_str()
     );
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    assert_eq!(status(&tb)?["maps"][0]["state"], "no paths");
+    assert_eq!(daemon_status(&tb)?["maps"][0]["state"], "no paths");
     // A path returns: it joins the map, queueing is back, I/O works.
     let t = Instant::now();
     tb.restore_path(1)?;
@@ -517,7 +485,7 @@ fn a_flapping_path_pauses_the_tuner() -> Result<()> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     // `pathpilot log` shows kept ones; the status has every decision.
-    let all = status(&tb)?["decisions"]
+    let all = daemon_status(&tb)?["decisions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
@@ -554,7 +522,7 @@ fn a_flapping_path_pauses_the_tuner() -> Result<()> {
     assert!(says_so, "the decision log says why it paused: {all:?}");
     // Once the paths settle, tuning resumes.
     poll(&tb, "tuning resumed", Duration::from_secs(25), |tb| {
-        Ok(status(tb)?["decisions"].as_array().is_some_and(|v| {
+        Ok(daemon_status(tb)?["decisions"].as_array().is_some_and(|v| {
             v.iter()
                 .any(|d| d["outcome"] == "resumed" && d["unix"].as_f64().unwrap_or(0.0) > end_unix)
         }))
@@ -635,7 +603,7 @@ fn sigkill_in_the_middle_of_a_reload() -> Result<()> {
             "{step}: the restart reloaded the map\n{}",
             daemon_log(&tb)
         );
-        let s = status(&tb)?;
+        let s = daemon_status(&tb)?;
         assert_eq!(s["maps"][0]["managed"], true, "{s}");
         stop_daemon(&tb)?;
     }
