@@ -22,7 +22,8 @@ pub struct MapView {
     pub features: String,
     /// "ok", "degraded", "queueing", "no paths".
     pub state: String,
-    /// "tune", "advise", "observe", "paused", or "-" without a daemon.
+    /// "tune", "trying", "converged", "advise", "observe", "paused", or
+    /// "-" without a daemon.
     pub tuner: String,
     pub iops: f64,
     pub mib_s: f64,

@@ -398,7 +398,8 @@ fn hung_path_is_failed_by_the_checker_timeout() -> Result<()> {
         "the checker timeout failed the path only after {failed:?}"
     );
     assert!(
-        daemon_log(&tb).contains("no answer to a 4 KiB read"),
+        daemon_log(&tb).contains("no answer to a 4 KiB read")
+            && daemon_log(&tb).contains("outstanding on the device for"),
         "{}",
         daemon_log(&tb)
     );
@@ -680,5 +681,52 @@ fn a_table_the_kernel_refuses_leaves_the_old_one_live() -> Result<()> {
     assert_eq!(before, tb.sh(snapshot)?, "bad input changed something");
     assert!(daemon_alive(&tb)?);
     expect_clean(&tb, &job, "refused table")?;
+    Ok(())
+}
+
+/// A path saturated at queue_depth 1 behind a shared IOPS budget keeps the
+/// checker's read waiting behind dm's queued writes for longer than the
+/// timeout; the device still completes commands, so the path must not be
+/// failed (it was, before the checker asked the observer).
+#[test]
+fn a_saturated_path_is_slow_not_failed() -> Result<()> {
+    let tb = boot_or_skip!(Testbed::builder().paths(4).shared_iops(100));
+    // advise: the checker acts, the tuner leaves queue_depth alone.
+    let cfg = config("").replace("mode = \"tune\"", "mode = \"advise\"");
+    start_daemon(&tb, &cfg, "")?;
+    wait_map_ready(&tb, 4)?;
+    tb.sh("for q in /sys/block/sd*/device/queue_depth; do echo 1 > $q; done")?;
+    let job = tb.spawn(
+        "fio --name=s --filename=/dev/mapper/mpatha --rw=write --bs=4k --direct=1 \
+         --ioengine=libaio --iodepth=32 --size=256m --time_based --runtime=20 \
+         --output-format=terse --terse-version=3 2>&1",
+    )?;
+    let t = Instant::now();
+    let mut failed_seen = vec![];
+    while t.elapsed() < Duration::from_secs(20) {
+        for (d, active) in kernel_paths(&tb)? {
+            if !active && !failed_seen.contains(&d) {
+                failed_seen.push(d);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = tb.wait_job(&job, Duration::from_secs(60))?;
+    let f = parse_fio(&out.stdout_str())?;
+    let log = daemon_log(&tb);
+    let waits = log.matches("behind queued I/O").count();
+    eprintln!(
+        "saturated paths: fio wrote {} KiB, error {}; checks that waited past the {CHECK_TIMEOUT} s \
+         timeout behind a device still answering: {waits}; paths failed: {failed_seen:?}",
+        f.write_kib, f.error
+    );
+    assert!(
+        failed_seen.is_empty(),
+        "a saturated path was failed:\n{log}"
+    );
+    assert!(!log.contains("-> timeout"), "{log}");
+    assert_eq!(f.error, 0);
+    // The case happened: without this the test proves nothing.
+    assert!(waits > 0, "no check waited past its timeout:\n{log}");
     Ok(())
 }

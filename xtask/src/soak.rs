@@ -20,6 +20,37 @@ pub struct Args {
     /// How long to run.
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
+    /// Run only the workloads whose name contains this (repeatable), e.g.
+    /// "1M seq write"; default: all, in turn.
+    #[arg(long)]
+    pub workload: Vec<String>,
+    /// Inject only the faults whose name contains this (repeatable), e.g.
+    /// "hung"; default: all, in turn.
+    #[arg(long)]
+    pub fault: Vec<String>,
+}
+
+/// The entries of `all` whose name contains one of `wanted` (all when
+/// `wanted` is empty); an error names a filter that matches nothing.
+fn pick<'a, T>(
+    all: &'a [T],
+    name: impl Fn(&T) -> &str,
+    wanted: &[String],
+    what: &str,
+) -> Result<Vec<&'a T>> {
+    for w in wanted {
+        if !all.iter().any(|t| name(t).contains(w.as_str())) {
+            let names: Vec<&str> = all.iter().map(&name).collect();
+            bail!(
+                "no {what} named like {w:?}; there are: {}",
+                names.join(", ")
+            );
+        }
+    }
+    Ok(all
+        .iter()
+        .filter(|t| wanted.is_empty() || wanted.iter().any(|w| name(t).contains(w.as_str())))
+        .collect())
 }
 
 const PHASE: Duration = Duration::from_secs(30);
@@ -88,6 +119,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.minutes.is_nan() || args.minutes <= 0.0 {
         bail!("--minutes must be more than 0");
     }
+    let workloads = pick(WORKLOADS, |w| w.0, &args.workload, "workload")?;
+    let faults = pick(FAULTS, |f| f, &args.fault, "fault")?;
     println!("soak: building pathpilot (release)");
     run_cmd(
         std::process::Command::new(env!("CARGO"))
@@ -127,8 +160,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut phase = 0usize;
     while t0.elapsed() < total {
         let start = Instant::now();
-        let (wname, wargs) = WORKLOADS[phase % WORKLOADS.len()];
-        let fault = FAULTS[phase % FAULTS.len()];
+        let (wname, wargs) = *workloads[phase % workloads.len()];
+        let fault = *faults[phase % faults.len()];
         println!(
             "soak: {:>5.0} s phase {phase}: {wname}, fault: {fault}",
             t0.elapsed().as_secs_f64()

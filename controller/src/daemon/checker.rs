@@ -3,7 +3,10 @@
 //! UNIT READY, goes through the path's data path, so a path whose commands
 //! hang (an array that stopped answering, a link down without a reset) is
 //! caught: the engine fails a path whose check has not answered within the
-//! timeout, whatever the thread is still waiting for.
+//! timeout, whatever the thread is still waiting for. Unless the device is
+//! still completing commands: a path saturated at a low queue_depth keeps
+//! the check waiting behind queued I/O, and failing it for that would take
+//! a working path away under load.
 use std::{
     collections::HashMap,
     fs::File,
@@ -90,6 +93,12 @@ struct PathChecker {
     verdict_from: Option<Instant>,
     last_ms: Option<f64>,
     last_error: Option<String>,
+    /// The running check outlived the timeout behind a device that still
+    /// answers (said once per check).
+    queued_noted: bool,
+    /// When the device last had commands outstanding, all younger than the
+    /// timeout, while this check waited past it.
+    answering_at: Option<Instant>,
 }
 
 /// The checkers of every path, driven by the engine's ticks.
@@ -165,6 +174,8 @@ impl Checkers {
                 verdict_from: None,
                 last_ms: None,
                 last_error: None,
+                queued_noted: false,
+                answering_at: None,
             },
         );
     }
@@ -197,15 +208,25 @@ impl Checkers {
     }
 
     /// Starts due checks, collects reports, times out silent ones; returns
-    /// the verdict changes.
-    pub fn tick(&mut self, now: Instant) -> Vec<Change> {
+    /// the verdict changes and notes for the log. `oldest` tells how long
+    /// the oldest command a path's device holds has been outstanding (None:
+    /// nothing in flight, or not known): a check past its timeout fails the
+    /// path only if the device itself is not answering.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        oldest: &mut dyn FnMut(&str) -> Option<Duration>,
+    ) -> (Vec<Change>, Vec<String>) {
         let mut changes = vec![];
+        let mut notes = vec![];
         while let Ok(r) = self.reports.try_recv() {
             let Some(p) = self.paths.get_mut(&r.path) else {
                 continue;
             };
             p.verdict_from = p.started;
             p.started = None;
+            p.queued_noted = false;
+            p.answering_at = None;
             p.last_ms = Some(r.took.as_secs_f64() * 1000.0);
             let (to, detail) = match r.result {
                 Ok(()) => (Verdict::Ready, None),
@@ -225,19 +246,51 @@ impl Checkers {
         for (name, p) in self.paths.iter_mut() {
             match p.started {
                 Some(s) if now.duration_since(s) >= self.timeout => {
-                    if p.verdict != Verdict::Timeout {
-                        p.verdict_from = Some(s);
-                        changes.push(Change {
-                            path: name.clone(),
-                            from: p.verdict,
-                            to: Verdict::Timeout,
-                            detail: Some(format!(
-                                "no answer to a 4 KiB read in {:.1} s",
-                                self.timeout.as_secs_f64()
-                            )),
-                        });
-                        p.verdict = Verdict::Timeout;
+                    if p.verdict == Verdict::Timeout {
+                        continue;
                     }
+                    let waited = now.duration_since(s).as_secs_f64();
+                    let detail = match oldest(name) {
+                        Some(a) if a >= self.timeout => format!(
+                            "no answer to a 4 KiB read in {waited:.1} s; a command has been \
+                             outstanding on the device for {:.1} s",
+                            a.as_secs_f64()
+                        ),
+                        Some(a) => {
+                            p.answering_at = Some(now);
+                            if !p.queued_noted {
+                                p.queued_noted = true;
+                                notes.push(format!(
+                                    "path {name}: check waiting {waited:.1} s behind queued I/O; \
+                                     the device is answering (oldest command {:.0} ms): not failed",
+                                    a.as_secs_f64() * 1000.0
+                                ));
+                            }
+                            continue;
+                        }
+                        // Nothing outstanding: between two bursts of a busy
+                        // path, or a queue that dispatches nothing. Only
+                        // the second lasts: fail once the device has not
+                        // been seen answering for another timeout.
+                        None => {
+                            let since = p.answering_at.unwrap_or(s + self.timeout);
+                            if now.duration_since(since) < self.timeout {
+                                continue;
+                            }
+                            format!(
+                                "no answer to a 4 KiB read in {waited:.1} s, and nothing \
+                                 outstanding on the device"
+                            )
+                        }
+                    };
+                    p.verdict_from = Some(s);
+                    changes.push(Change {
+                        path: name.clone(),
+                        from: p.verdict,
+                        to: Verdict::Timeout,
+                        detail: Some(detail),
+                    });
+                    p.verdict = Verdict::Timeout;
                 }
                 Some(_) => {}
                 None => {
@@ -252,7 +305,7 @@ impl Checkers {
             }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
-        changes
+        (changes, notes)
     }
 }
 
@@ -273,18 +326,123 @@ mod tests {
         let t0 = Instant::now();
         let mut seen = vec![];
         while t0.elapsed() < Duration::from_secs(2) && seen.is_empty() {
-            seen = c.tick(Instant::now());
+            seen = c.tick(Instant::now(), &mut |_| None).0;
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(seen.len(), 1, "{seen:?}");
         assert_eq!(seen[0].to, Verdict::Faulty);
         // Repeated failures are not new changes.
         std::thread::sleep(Duration::from_millis(50));
-        assert!(c.tick(Instant::now()).is_empty());
+        assert!(c.tick(Instant::now(), &mut |_| None).0.is_empty());
         assert!(
-            c.tick(Instant::now() + Duration::from_millis(100))
+            c.tick(Instant::now() + Duration::from_millis(100), &mut |_| None)
+                .0
                 .is_empty()
         );
         assert_eq!(c.verdict("pathpilot-no-such-disk"), Verdict::Faulty);
+    }
+
+    /// A check that never answers: the checker thread blocks opening a
+    /// FIFO nobody writes to (reached through /dev/..). Returns the name to
+    /// check and the FIFO, to release the thread with a writer at the end.
+    fn hanging_check() -> (String, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "pathpilot-checker-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        (format!("..{}", fifo.display()), fifo)
+    }
+
+    fn release(fifo: &std::path::Path) {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo);
+        let _ = std::fs::remove_dir_all(fifo.parent().unwrap());
+    }
+
+    /// Ticks for `d` with `oldest` as the device's oldest command.
+    fn run_for(
+        c: &mut Checkers,
+        d: Duration,
+        oldest: Option<Duration>,
+    ) -> (Vec<Change>, Vec<String>) {
+        let (mut changes, mut notes) = (vec![], vec![]);
+        let t0 = Instant::now();
+        while t0.elapsed() < d {
+            let (ch, n) = c.tick(Instant::now(), &mut |_| oldest);
+            changes.extend(ch);
+            notes.extend(n);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (changes, notes)
+    }
+
+    #[test]
+    fn a_check_queued_behind_a_device_that_answers_does_not_fail_the_path() {
+        let (name, fifo) = hanging_check();
+        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+        c.add(&name);
+        let (changes, notes) = run_for(
+            &mut c,
+            Duration::from_millis(400),
+            Some(Duration::from_millis(12)),
+        );
+        release(&fifo);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(notes.len(), 1, "said once per check: {notes:?}");
+        assert!(
+            notes[0].contains("the device is answering (oldest command 12 ms)"),
+            "{notes:?}"
+        );
+        assert_ne!(c.verdict(&name), Verdict::Timeout);
+    }
+
+    #[test]
+    fn a_check_past_its_timeout_fails_a_device_that_does_not_answer() {
+        for (oldest, says) in [
+            (None, "no answer to a 4 KiB read in"),
+            (
+                Some(Duration::from_secs(4)),
+                "outstanding on the device for 4.0 s",
+            ),
+        ] {
+            let (name, fifo) = hanging_check();
+            let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+            c.add(&name);
+            let (changes, notes) = run_for(&mut c, Duration::from_millis(400), oldest);
+            release(&fifo);
+            assert!(notes.is_empty(), "{notes:?}");
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert_eq!(changes[0].to, Verdict::Timeout);
+            let detail = changes[0].detail.as_deref().unwrap_or("");
+            assert!(detail.contains(says), "{detail}");
+            assert_eq!(c.verdict(&name), Verdict::Timeout);
+        }
+    }
+
+    #[test]
+    fn a_busy_device_seen_idle_between_bursts_is_not_failed() {
+        let (name, fifo) = hanging_check();
+        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+        c.add(&name);
+        let (mut changes, mut n) = (vec![], 0u32);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(600) {
+            // Commands outstanding every other tick, none in between.
+            n += 1;
+            let age = (n % 2 == 0).then_some(Duration::from_millis(5));
+            changes.extend(c.tick(Instant::now(), &mut |_| age).0);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        release(&fifo);
+        assert!(changes.is_empty(), "{changes:?}");
     }
 }

@@ -643,7 +643,19 @@ impl Engine {
     /// Checker verdicts to dm messages: fail a path the checker finds bad,
     /// reinstate one it finds good that the kernel holds failed.
     fn run_checkers(&mut self, now: Instant) {
-        let changes = self.checkers.tick(now);
+        let (maps, obs) = (&self.maps, &self.obs);
+        let mut oldest = |name: &str| {
+            let dev = maps
+                .iter()
+                .flat_map(|m| m.paths.iter())
+                .find(|p| p.name == name)?
+                .dev;
+            obs.oldest_inflight(dev)
+        };
+        let (changes, notes) = self.checkers.tick(now, &mut oldest);
+        for n in notes {
+            say!("checker: {n}");
+        }
         for c in changes {
             let Some((mi, pi)) = self.find_path(&c.path) else {
                 continue;

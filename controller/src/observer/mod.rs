@@ -256,17 +256,29 @@ impl Observer {
         v
     }
 
+    /// How long the oldest request the driver of `dev` holds has been
+    /// outstanding (`None`: nothing in flight there). A device that still
+    /// completes its commands has only young ones, however long the queue
+    /// in front of it; a hung one keeps an old one.
+    pub fn oldest_inflight(&self, dev: DevNum) -> Option<std::time::Duration> {
+        let k = dev.kernel();
+        let oldest = self
+            .start
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(key, _)| key.dev == k)
+            .map(|(_, t)| t)
+            .min()?;
+        Some(std::time::Duration::from_nanos(
+            monotonic_ns().saturating_sub(oldest),
+        ))
+    }
+
     /// Forgets in-flight entries older than `age`: a completion the probes
     /// could not see (a device unwatched mid-request) must not leave its
     /// entry forever in the fixed-size table. Returns how many went.
     pub fn sweep_inflight(&mut self, age: std::time::Duration) -> usize {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        let now_ns = monotonic_ns();
         let old: Vec<ReqKey> = self
             .start
             .iter()
@@ -375,6 +387,17 @@ fn add(sum: &mut DevStats, v: &DevStats) {
     for (a, b) in sum.lat_hist.iter_mut().zip(v.lat_hist.iter()) {
         *a += b;
     }
+}
+
+/// Now on bpf_ktime_get_ns's clock (CLOCK_MONOTONIC).
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// Which dm map each path belongs to: from the remaps the programs saw,

@@ -248,7 +248,9 @@ impl Tuner {
         self.class
     }
 
-    /// A short word for dashboards: tune/advise/observe/paused/trying.
+    /// A short word for dashboards: tune (searching), trying (a change
+    /// under test), converged (nothing left to try for this workload),
+    /// advise, observe, paused.
     pub fn state(&self) -> String {
         match (&self.phase, self.user_paused, self.mode) {
             (_, true, _) => "paused".into(),
@@ -258,6 +260,9 @@ impl Tuner {
                 "trying".into()
             }
             (_, _, Mode::Advise) => "advise".into(),
+            // Every candidate for this workload tried: a bench or an admin
+            // can stop waiting for more decisions.
+            (Phase::Converged, _, _) => "converged".into(),
             _ => "tune".into(),
         }
     }
@@ -619,7 +624,13 @@ impl Tuner {
         }
         .filter(|c| c.len() == total_paths);
         let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
-        for sel in &self.available_selectors {
+        // With one active path there is nothing to select between.
+        let selectors: &[Selector] = if n > 1 {
+            &self.available_selectors
+        } else {
+            &[]
+        };
+        for sel in selectors {
             // Round-robin runs every path at the slowest one's pace: not a
             // candidate when paths differ.
             if *sel == cur.selector || (uneven && *sel == Selector::RoundRobin) {
@@ -644,7 +655,7 @@ impl Tuner {
         // service-time weighted by measured capacity: the dm analogue of
         // NVMe's adaptive policy. From another selector this moves both.
         if let Some(caps) = caps.as_ref().filter(|_| uneven)
-            && self.available_selectors.contains(&Selector::ServiceTime)
+            && selectors.contains(&Selector::ServiceTime)
         {
             let weights = weights_from(caps);
             if cur.selector != Selector::ServiceTime || differs_enough(&weights, &cur.weights) {

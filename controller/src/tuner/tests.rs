@@ -118,6 +118,7 @@ fn unequal_paths_leave_round_robin_and_weight_service_time() {
     let s = r.tuner.settings().clone();
     assert_eq!(s.selector, Selector::ServiceTime, "{:#?}", r.tuner.drain());
     assert_eq!(s.weights, vec![13, 25, 50, 100]);
+    assert_eq!(r.tuner.state(), "converged", "{:#?}", r.tuner.drain());
     let log = r.tuner.drain();
     assert!(
         log.iter()
@@ -430,4 +431,33 @@ fn a_trial_cut_short_by_a_pause_is_undone_on_resume() {
         "{:#?}",
         r.tuner.drain()
     );
+}
+
+#[test]
+fn one_active_path_leaves_no_selector_to_try() {
+    // Seed 001 with one IOPS budget shared by every path: one active path
+    // merges most. What the idle paths "deliver" then says nothing.
+    let f = |s: &Settings| match s.active_paths {
+        1 => 12.4,
+        2 => 10.5,
+        _ => 5.8,
+    };
+    let mut p = Plant::new(f, vec![12.0, 0.01, 0.01, 0.01]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 80, 4.0, 0.95, 0.0, &Health::default());
+    let log = r.tuner.drain();
+    assert_eq!(r.tuner.settings().active_paths, 1, "{log:#?}");
+    let one = log
+        .iter()
+        .position(|d| {
+            d.outcome == Outcome::Kept && d.knob == Some(Knob::ActivePaths) && d.new == "1"
+        })
+        .expect("active paths 1 kept");
+    assert!(
+        log[one..]
+            .iter()
+            .all(|d| !matches!(d.knob, Some(Knob::Selector | Knob::Weights))),
+        "{log:#?}"
+    );
+    assert_eq!(r.tuner.state(), "converged", "{log:#?}");
 }

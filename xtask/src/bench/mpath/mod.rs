@@ -31,7 +31,8 @@ pub struct Args {
     /// switch, overhead, repeat.
     #[arg(long = "scenario")]
     scenario: Vec<String>,
-    /// Short runs (fio 5 s a point, one repeat, short phases): every
+    /// Short runs (fio 4 s a point, one repeat, 1 s tuner windows, short
+    /// phases): every
     /// scenario in about 10 minutes on 2 cores.
     #[arg(long)]
     quick: bool,
@@ -52,6 +53,9 @@ pub struct Opts {
     pub ramp: u32,
     /// The longest wait for the daemon to settle.
     pub max_settle: Duration,
+    /// The daemon's window (seconds) and windows per measurement.
+    pub window_s: u32,
+    pub windows: u32,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -59,9 +63,11 @@ pub fn run(args: Args) -> Result<()> {
     let o = Opts {
         quick,
         reps: args.reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
-        secs: if quick { 4 } else { 10 },
+        secs: if quick { 3 } else { 10 },
         ramp: 1,
         max_settle: Duration::from_secs(if quick { 90 } else { 300 }),
+        window_s: if quick { 1 } else { 3 },
+        windows: if quick { 2 } else { 3 },
     };
     let names: Vec<String> = if args.scenario.is_empty() {
         SCENARIOS.iter().map(|s| s.to_string()).collect()
@@ -645,7 +651,7 @@ impl<'a> Rig<'a> {
             scheduler,
             queue_depth: l[3].trim().parse()?,
         };
-        let (window, windows) = if o.quick { (2, 2) } else { (3, 3) };
+        let (window, windows) = (o.window_s, o.windows);
         let daemon_cfg = format!(
             r#"mode = "tune"
 window_secs = {window}
@@ -682,7 +688,7 @@ flap_hold_secs = 6
     }
 
     pub fn window_s(&self) -> f64 {
-        if self.o.quick { 2.0 } else { 3.0 }
+        f64::from(self.o.window_s)
     }
 
     /// Sets every honoured knob to `s` (the rest to the defaults); returns
@@ -853,8 +859,8 @@ flap_hold_secs = 6
         Ok(())
     }
 
-    /// Waits (the load running) until the tuner has been quiet for a while:
-    /// not trying anything and no new decision. Returns (settle_s from
+    /// Waits (the load running) until the tuner says it has converged, or
+    /// has been quiet for a while: not trying anything and no new decision. Returns (settle_s from
     /// `since`, settled).
     pub fn wait_settled(&self, since: Instant, seen: usize) -> Result<(f64, bool, usize)> {
         let w = self.window_s();
@@ -875,7 +881,10 @@ flap_hold_secs = 6
                 last_decision = Some(last_change);
             }
             let settle = last_decision.map_or(0.0, |t| (t - since).as_secs_f64());
-            if state != "trying" && last_change.elapsed() >= quiet {
+            // "converged": every candidate for this workload tried (after
+            // a few windows, so it is this workload's verdict, not the last).
+            let converged = state == "converged" && since.elapsed().as_secs_f64() >= 3.0 * w;
+            if converged || (state != "trying" && last_change.elapsed() >= quiet) {
                 return Ok((settle, true, n));
             }
             if since.elapsed() >= self.o.max_settle {
