@@ -70,7 +70,7 @@ pub fn run_tests(args: Args) -> Result<()> {
 
 /// The fuzz targets (fuzz/, cargo-fuzz layout) and how long each runs.
 const FUZZ_TARGETS: &[&str] = &["table_parse", "config_parse", "socket_protocol"];
-const FUZZ_SECS_DEFAULT: u64 = 45;
+const FUZZ_SECS_DEFAULT: u64 = 60;
 
 /// A bounded libFuzzer run of every target, from the seeds in
 /// fuzz/corpus/<target> (kept in the repo). New inputs go to a scratch

@@ -12,7 +12,9 @@ use aya::{
     programs::{RawTracePoint, TracePoint},
     util::nr_cpus,
 };
-use pathpilot_common::{CgroupKey, CgroupStats, Config, DevShared, DevStats, ReqKey};
+use pathpilot_common::{
+    CgroupKey, CgroupStats, Config, DevShared, DevStats, ReqKey, START_REQUEUED,
+};
 use thiserror::Error;
 
 use crate::blockdev::{BlockDev, DevNum};
@@ -266,7 +268,7 @@ impl Observer {
             .start
             .iter()
             .filter_map(Result::ok)
-            .filter(|(key, _)| key.dev == k)
+            .filter(|(key, t)| key.dev == k && t & START_REQUEUED == 0)
             .map(|(_, t)| t)
             .min()?;
         Some(std::time::Duration::from_nanos(
@@ -283,7 +285,7 @@ impl Observer {
             .start
             .iter()
             .filter_map(Result::ok)
-            .filter(|(_, t)| now_ns.saturating_sub(*t) > age.as_nanos() as u64)
+            .filter(|(_, t)| now_ns.saturating_sub(t & !START_REQUEUED) > age.as_nanos() as u64)
             .map(|(k, _)| k)
             .collect();
         for k in &old {

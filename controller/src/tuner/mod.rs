@@ -564,7 +564,60 @@ impl Tuner {
             }
         };
         let total_paths = w.paths.len().max(cur.active_paths);
+        // Capacity per path. Round-robin splits requests evenly, so what a
+        // path delivers says nothing of its capacity there, and neither
+        // does it for large requests at low depth, which follow the
+        // selector's rotation: busy time instead (exact for large requests,
+        // tens of ms each; io_ticks counts in jiffies). Elsewhere the load
+        // of a load-aware selector already follows capacity.
+        let caps = if cur.selector == Selector::RoundRobin || class.size == Size::Large {
+            w.capacities()
+        } else {
+            w.delivered()
+        }
+        .filter(|c| c.len() == total_paths);
+        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+        // With one active path there is nothing to select between.
+        let selectors: &[Selector] = if n > 1 {
+            &self.available_selectors
+        } else {
+            &[]
+        };
+        // service-time weighted by measured capacity: the dm analogue of
+        // NVMe's adaptive policy. From another selector this moves both.
+        let weigh = caps
+            .as_ref()
+            .filter(|_| uneven && selectors.contains(&Selector::ServiceTime))
+            .map(|caps| (weights_from(caps), caps))
+            .filter(|(wts, _)| {
+                cur.selector != Selector::ServiceTime || differs_enough(wts, &cur.weights)
+            })
+            .map(|(wts, caps)| {
+                let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
+                (
+                    wts,
+                    format!(
+                        "measured path capacity {} MiB/s: service-time weighted by it",
+                        caps_s.join("/")
+                    ),
+                )
+            });
+        let push_weights = |push: &mut Push, wts: &Vec<u32>, why| {
+            push(
+                Knob::Weights,
+                &|s| {
+                    s.selector = Selector::ServiceTime;
+                    s.weights = wts.clone();
+                },
+                why,
+            )
+        };
         if class.size == Size::Large {
+            // On unequal paths, first send each request where it finishes
+            // soonest: with one large request in flight, the fastest path.
+            if let Some((weights, why)) = &weigh {
+                push_weights(&mut push, weights, why.clone());
+            }
             // Split a large request so its pieces travel down several paths
             // at once: the piece size that gives each active path one.
             for kb in [512u32, 256, 128] {
@@ -615,21 +668,6 @@ impl Tuner {
                 }
             }
         }
-        // Round-robin splits requests evenly, so what a path delivers says
-        // nothing of its capacity there: use its busy time instead.
-        let caps = if cur.selector == Selector::RoundRobin {
-            w.capacities()
-        } else {
-            w.delivered()
-        }
-        .filter(|c| c.len() == total_paths);
-        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
-        // With one active path there is nothing to select between.
-        let selectors: &[Selector] = if n > 1 {
-            &self.available_selectors
-        } else {
-            &[]
-        };
         for sel in selectors {
             // Round-robin runs every path at the slowest one's pace: not a
             // candidate when paths differ.
@@ -652,26 +690,10 @@ impl Tuner {
                 why,
             );
         }
-        // service-time weighted by measured capacity: the dm analogue of
-        // NVMe's adaptive policy. From another selector this moves both.
-        if let Some(caps) = caps.as_ref().filter(|_| uneven)
-            && selectors.contains(&Selector::ServiceTime)
+        if class.size != Size::Large
+            && let Some((weights, why)) = &weigh
         {
-            let weights = weights_from(caps);
-            if cur.selector != Selector::ServiceTime || differs_enough(&weights, &cur.weights) {
-                let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
-                push(
-                    Knob::Weights,
-                    &|s| {
-                        s.selector = Selector::ServiceTime;
-                        s.weights = weights.clone();
-                    },
-                    format!(
-                        "measured path capacity {} MiB/s: service-time weighted by it",
-                        caps_s.join("/")
-                    ),
-                );
-            }
+            push_weights(&mut push, weights, why.clone());
         }
         // Back to where the map started, for knobs moved earlier.
         for k in [Knob::MaxSectorsKb, Knob::QueueDepth, Knob::ActivePaths] {
@@ -920,6 +942,9 @@ fn trial_value(k: Knob, s: &Settings) -> String {
 }
 
 /// Ratio of the largest to the smallest capacity.
+/// Adds a candidate: the knob, how it changes the settings, and why.
+type Push<'a> = dyn FnMut(Knob, &dyn Fn(&mut Settings), String) + 'a;
+
 fn spread(c: &[f64]) -> f64 {
     let max = c.iter().cloned().fold(0.0, f64::max);
     let min = c.iter().cloned().fold(f64::INFINITY, f64::min);

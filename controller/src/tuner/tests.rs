@@ -461,3 +461,27 @@ fn one_active_path_leaves_no_selector_to_try() {
     );
     assert_eq!(r.tuner.state(), "converged", "{log:#?}");
 }
+
+#[test]
+fn one_large_reader_on_unequal_paths_is_weighted_to_the_fastest_first() {
+    // The switch benchmark's 1 MiB QD1 phase: plain service-time rotates
+    // the one request over 10/20/40/80 MiB/s paths; weighted, it goes to
+    // the fastest. Splitting (max_sectors_kb) helps less here.
+    let f = |s: &Settings| match (s.weights.is_empty(), s.max_sectors_kb) {
+        (false, 1280) => 80.0,
+        (false, _) => 70.0,
+        (true, 1280) => 40.0,
+        (true, _) => 35.0,
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 10, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
+    assert_eq!(first.knob, Some(Knob::Weights), "{log:#?}");
+    assert_eq!(
+        r.tuner.settings().weights,
+        vec![13, 25, 50, 100],
+        "{log:#?}"
+    );
+}

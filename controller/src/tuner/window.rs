@@ -97,13 +97,13 @@ impl Window {
     }
 }
 
-/// The tuner's objective, MiB/s: what the workload got. Bytes issued to the
-/// dm device count a request again each time it bounces off a busy path
-/// and is re-issued (service-time at queue_depth 2 bounces hundreds of
-/// times a second in the VM, DESIGN.md section 4), which made the
-/// settings that bounce most look 2-3x better than they were; a bio is
-/// submitted once. The smaller of the two, so a backlog that has not been
-/// issued yet does not count either.
+/// The tuner's objective, MiB/s: what the workload got: the bytes it
+/// submitted as bios, but no more than the map issued, so a backlog that
+/// has not been issued yet does not count. (The issue probe counts a
+/// request dm dispatches again after a bounce off a busy path once; when
+/// it counted each dispatch, service-time at queue_depth 2, which bounces
+/// hundreds of times a second in the VM, looked 2-3x better than it was.
+/// Bios stay the measure: they are what the workload asked for.)
 pub fn objective(issued_mib_s: f64, bio_bytes: u64, interval_s: f64) -> f64 {
     if bio_bytes == 0 || interval_s <= 0.0 {
         return issued_mib_s;

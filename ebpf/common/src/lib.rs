@@ -110,6 +110,10 @@ impl DevShared {
     };
 }
 
+/// Set in an in-flight table entry (issue time in ns) while the driver has
+/// put the request back (requeued): the request is not at the device.
+pub const START_REQUEUED: u64 = 1 << 63;
+
 /// Key of the in-flight request table used for latency: the classic
 /// tracepoints do not expose the `struct request` pointer, so a request is
 /// identified by its device and start sector.

@@ -38,6 +38,13 @@ static REMAPS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_DEVICES, 0);
 /// entries whose completion was never seen.
 #[map]
 static START: HashMap<ReqKey, u64> = HashMap::with_max_entries(65536, 0);
+
+/// A request found in flight again within this long of its issue is the
+/// same one re-dispatched (see the issue probe).
+const REDISPATCH_NS: u64 = 2_000_000_000;
+/// Marks a START entry whose request the driver put back (requeue): it
+/// is not at the device until issued again. (ktime stays below 2^63.)
+const REQUEUED: u64 = pathpilot_common::START_REQUEUED;
 #[map]
 static CGROUPS: PerCpuHashMap<CgroupKey, CgroupStats> =
     PerCpuHashMap::with_max_entries(MAX_DEVICES * 4, 0);
@@ -138,6 +145,41 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
     let rwbs: [u8; 4] = read(ctx, l.issue_rwbs)?;
     let dir = direction(&rwbs, nr);
     let bytes = nr as u64 * 512;
+    let key = ReqKey {
+        dev,
+        _pad: 0,
+        sector,
+    };
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    // A key already in the table is the same request dispatched again: dm
+    // re-dispatches a request each time its clone bounces off a busy path
+    // (hundreds of times a second; through a requeue, which marks the
+    // entry, or straight back), and counting each dispatch made a map's
+    // bytes read 2-6x what was written. It keeps its first issue time, so
+    // latency is what the submitter waited. An old unmarked entry is a
+    // completion never seen: start over.
+    let fresh = START.insert(&key, &now_ns, BPF_NOEXIST as u64).is_ok();
+    let mut again = false;
+    let mut back = false;
+    if !fresh && let Some(t) = START.get_ptr_mut(&key) {
+        let t0 = unsafe { *t };
+        if t0 & REQUEUED != 0 {
+            unsafe { *t = t0 & !REQUEUED };
+            again = true;
+            back = true;
+        } else if now_ns.saturating_sub(t0) < REDISPATCH_NS {
+            again = true;
+        } else {
+            unsafe { *t = now_ns };
+        }
+    }
+    if again {
+        // Back at the driver after a requeue: in flight again.
+        if back && let Some(sh) = shared(dev) {
+            atomic_add(&mut sh.inflight, 1);
+        }
+        return Ok(());
+    }
     let s = stats(dev).ok_or(-1i32)?;
     if let Some(n) = s.ios.get_mut(dir) {
         *n += 1;
@@ -149,18 +191,6 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
         if let Some(h) = s.size_hist.get_mut(log2(bytes).min(SIZE_BUCKETS - 1)) {
             *h += 1;
         }
-    }
-    let key = ReqKey {
-        dev,
-        _pad: 0,
-        sector,
-    };
-    let now_ns = unsafe { bpf_ktime_get_ns() };
-    // A key already in flight (two requests at one sector, or a re-issue)
-    // is one entry and one completion to match: count it once.
-    let fresh = START.insert(&key, &now_ns, BPF_NOEXIST as u64).is_ok();
-    if !fresh {
-        let _ = START.insert(&key, &now_ns, 0);
     }
     if let Some(sh) = shared(dev) {
         // Atomic: issues and completions race on other CPUs.
@@ -238,10 +268,14 @@ fn try_rq_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     // several steps on some devices (dm ends each request twice, the second
     // time with 0 bytes), and requests issued before the probes were
     // attached have no issue to match.
-    let Some(t0) = (unsafe { START.get(&key) }).copied() else {
+    let Some(t) = (unsafe { START.get(&key) }).copied() else {
         return Ok(());
     };
     let _ = START.remove(&key);
+    // Ended while requeued (failed without a new dispatch): it already
+    // left the in-flight count.
+    let requeued = t & REQUEUED != 0;
+    let t0 = t & !REQUEUED;
     let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(t0);
     let s = stats(dev).ok_or(-1i32)?;
     s.completed += 1;
@@ -252,7 +286,7 @@ fn try_rq_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     if let Some(h) = s.lat_hist.get_mut(log2(lat).min(LAT_BUCKETS - 1)) {
         *h += 1;
     }
-    if let Some(sh) = shared(dev) {
+    if !requeued && let Some(sh) = shared(dev) {
         atomic_add(&mut sh.inflight, -1);
     }
     Ok(())
@@ -269,17 +303,22 @@ pub fn block_rq_requeue(ctx: TracePointContext) -> u32 {
         let sector: u64 = read(&ctx, l.requeue_sector)?;
         let s = stats(dev).ok_or(-1i32)?;
         s.requeues += 1;
-        // The request goes back to the queue: it is no longer in flight and
-        // its next issue starts a new latency sample.
+        // The request goes back to the queue: no longer at the device.
+        // Its entry stays, marked, so its next issue is not counted as a
+        // new request and its latency runs from the first issue.
         let key = ReqKey {
             dev,
             _pad: 0,
             sector,
         };
-        if START.remove(&key).is_ok()
-            && let Some(sh) = shared(dev)
-        {
-            atomic_add(&mut sh.inflight, -1);
+        if let Some(t) = START.get_ptr_mut(&key) {
+            let t0 = unsafe { *t };
+            if t0 & REQUEUED == 0 {
+                unsafe { *t = t0 | REQUEUED };
+                if let Some(sh) = shared(dev) {
+                    atomic_add(&mut sh.inflight, -1);
+                }
+            }
         }
         Ok(())
     })();

@@ -31,8 +31,8 @@ pub struct Args {
     /// switch, overhead, repeat.
     #[arg(long = "scenario")]
     scenario: Vec<String>,
-    /// Short runs (fio 4 s a point, one repeat, 1 s tuner windows, short
-    /// phases): every
+    /// Short runs (fio 3 s a point, one repeat, 1 s tuner windows, short
+    /// phases, fewer grid points and cases): every
     /// scenario in about 10 minutes on 2 cores.
     #[arg(long)]
     quick: bool,
@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Result<()> {
     let o = Opts {
         quick,
         reps: args.reps.unwrap_or(if quick { 1 } else { 3 }).max(1),
-        secs: if quick { 3 } else { 10 },
+        secs: if quick { 2 } else { 10 },
         ramp: 1,
         max_settle: Duration::from_secs(if quick { 90 } else { 300 }),
         window_s: if quick { 1 } else { 3 },
