@@ -161,7 +161,8 @@ fn draw_maps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         Constraint::Length(if wide { 34 } else { 17 }),
         Constraint::Length(15),
         Constraint::Length(9),
-        Constraint::Length(7),
+        // "converged"
+        Constraint::Length(9),
         Constraint::Length(6),
         Constraint::Length(6),
     ];

@@ -41,7 +41,7 @@ fn model() -> Model {
                 selector: "service-time 0".into(),
                 features: "1 queue_if_no_path".into(),
                 state: "degraded".into(),
-                tuner: "tune".into(),
+                tuner: "converged".into(),
                 iops: 1120.0,
                 mib_s: 70.0,
                 paths: vec![
