@@ -194,6 +194,11 @@ pub struct Tuner {
     tried: HashMap<(String, Knob, String), f64>,
     /// Knobs the kernel did not keep on this map.
     dead: HashSet<Knob>,
+    /// Per-path capacity last seen clearly unequal (paths full under
+    /// random reads at depth): a fact of the paths, not of the workload,
+    /// so a later workload whose own figures cannot show it (one large
+    /// request at a time) can still be weighted by it.
+    path_caps: Option<Vec<f64>>,
     last_reload: Option<f64>,
     reload_blocked_until: f64,
     user_paused: bool,
@@ -223,6 +228,7 @@ impl Tuner {
             memory: HashMap::new(),
             tried: HashMap::new(),
             dead: HashSet::new(),
+            path_caps: None,
             last_reload: None,
             reload_blocked_until: 0.0,
             user_paused: false,
@@ -381,6 +387,13 @@ impl Tuner {
             });
         }
         let class = Class::of(w)?;
+        if class.size == Size::Medium
+            && !class.sequential
+            && self.current.selector != Selector::RoundRobin
+            && let Some(c) = w.delivered().filter(|c| spread(c) > 1.5)
+        {
+            self.path_caps = Some(c);
+        }
         if self.class != Some(class) {
             return self.class_changed(t, class, w);
         }
@@ -576,7 +589,20 @@ impl Tuner {
             w.delivered()
         }
         .filter(|c| c.len() == total_paths);
-        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+        let mut uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+        let mut learned = false;
+        let caps = match caps {
+            Some(c) if uneven => Some(c),
+            c if class.size == Size::Large => match &self.path_caps {
+                Some(k) if k.len() == total_paths => {
+                    uneven = true;
+                    learned = true;
+                    Some(k.clone())
+                }
+                _ => c,
+            },
+            c => c,
+        };
         // With one active path there is nothing to select between.
         let selectors: &[Selector] = if n > 1 {
             &self.available_selectors
@@ -597,7 +623,12 @@ impl Tuner {
                 (
                     wts,
                     format!(
-                        "measured path capacity {} MiB/s: service-time weighted by it",
+                        "{} path capacity {} MiB/s: service-time weighted by it",
+                        if learned {
+                            "earlier measured"
+                        } else {
+                            "measured"
+                        },
                         caps_s.join("/")
                     ),
                 )

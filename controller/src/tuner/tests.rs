@@ -485,3 +485,36 @@ fn one_large_reader_on_unequal_paths_is_weighted_to_the_fastest_first() {
         "{log:#?}"
     );
 }
+
+#[test]
+fn capacity_seen_under_random_reads_weights_a_later_large_reader() {
+    // The switch benchmark: random reads at depth fill every path and show
+    // 10/20/40/80, where weights add nothing; then one 1 MiB reader whose
+    // own figures look even (the selector rotates it over the paths), for
+    // which weighting by what was seen earlier doubles the throughput.
+    let f = |s: &Settings| match (s.max_sectors_kb, s.weights.is_empty()) {
+        (0, _) => 0.0,
+        (_, true) => 40.0,
+        (_, false) => 80.0,
+    };
+    // Random reads: the same 150 MiB/s whatever the settings; each path
+    // delivers half its cap (the plant's figures): 5/10/20/40.
+    let mut p = Plant::new(|_| 150.0, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 12, 64.0, 0.0, 1.0, &Health::default());
+    p.f = Box::new(f);
+    p.caps = vec![20.0; 4];
+    r.steps(&mut p, 20, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let kept = log
+        .iter()
+        .find(|d| d.outcome == Outcome::Kept && d.knob == Some(Knob::Weights))
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert_eq!(kept.class.as_deref(), Some("read-large-seq"));
+    assert!(
+        kept.reason
+            .starts_with("earlier measured path capacity 5/10/20/40"),
+        "{}",
+        kept.reason
+    );
+}
