@@ -77,14 +77,24 @@ fn poll_since(
         }
         if t.elapsed() > timeout {
             bail!(
-                "timed out after {timeout:?} waiting for {what}\n{}\n{}",
+                "timed out after {timeout:?} waiting for {what}\n{}\n{}\n{}",
                 tb.sh("dmsetup table; dmsetup status; ls /sys/block")
                     .unwrap_or_default(),
-                daemon_log(tb)
+                daemon_log(tb),
+                daemon_threads(tb)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Where each of the daemon's threads is (kernel wait channel and stack):
+/// a daemon that stops acting shows what it waits for.
+fn daemon_threads(tb: &Testbed) -> String {
+    tb.sh("for t in /proc/$(cat /tmp/daemon.pid)/task/*; do \
+         echo \"== $(cat $t/comm) wchan=$(cat $t/wchan) $(cut -d' ' -f3 $t/stat)\"; \
+         cat $t/stack 2>/dev/null | head -12; done")
+        .unwrap_or_default()
 }
 
 /// (maj:min, active) of every path of mpatha, from the kernel's status.

@@ -125,9 +125,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 DmError::NotRoot(_) => exit::NOT_ROOT,
                 DmError::NoSuchMap(_) => exit::NOT_FOUND,
                 DmError::BadName(_) | DmError::NotMultipath { .. } => exit::USAGE,
-                DmError::Kernel { .. } | DmError::ResumeFailed { .. } | DmError::InUse { .. } => {
-                    exit::KERNEL
-                }
+                DmError::Kernel { .. }
+                | DmError::ResumeFailed { .. }
+                | DmError::SuspendTimeout { .. }
+                | DmError::InUse { .. } => exit::KERNEL,
                 _ => exit::FAILURE,
             };
         }

@@ -40,6 +40,11 @@ use crate::{
 /// restart it adopts them as they are instead of reloading them.
 pub const STATE_FILE: &str = "/run/pathpilot/maps.json";
 
+/// A command outstanding on a path this long (seconds) holds the tuner
+/// back: a reload's suspend would wait for it, and for ever on a path that
+/// has hung but is not failed yet.
+const STALLED_S: f64 = 1.0;
+
 #[derive(Default, Serialize, Deserialize)]
 struct Owned {
     /// map name -> WWID
@@ -198,7 +203,11 @@ impl Engine {
         stop: Arc<AtomicBool>,
         reload_config: Arc<AtomicBool>,
     ) -> Result<Self> {
-        let dm = Dm::open().context("device-mapper")?;
+        let mut dm = Dm::open().context("device-mapper")?;
+        // A reload's suspend waits for the paths' in-flight I/O: past the
+        // checker's timeout a path is hung by the daemon's own measure, and
+        // waiting on would freeze the map and this thread with it.
+        dm.set_suspend_limit(Duration::from_secs_f64(cfg.checker.timeout_secs));
         let obs = Observer::load(Scope::WatchList).context("cannot start the observer")?;
         let checkers = Checkers::new(
             Duration::from_secs_f64(cfg.checker.interval_secs),
@@ -585,6 +594,8 @@ impl Engine {
                     Duration::from_secs_f64(c.checker.interval_secs),
                     Duration::from_secs_f64(c.checker.timeout_secs),
                 );
+                self.dm
+                    .set_suspend_limit(Duration::from_secs_f64(c.checker.timeout_secs));
                 for m in &mut self.maps {
                     if let Some(t) = &mut m.tuner {
                         t.set_mode(c.mode);
@@ -928,6 +939,7 @@ impl Engine {
     /// One measurement window: figures per map and path, then the tuners.
     fn window(&mut self) -> Result<()> {
         let cur = self.obs.snapshot()?;
+        let oldest = self.obs.oldest_inflight_all();
         let t = self.t();
         for m in &mut self.maps {
             let mi = DeviceInterval::between_or_idle(m.dev, &m.kernel_name, None, &self.prev, &cur);
@@ -973,11 +985,20 @@ impl Engine {
                 .filter(|p| p.dm_failed || self.checkers.verdict(&p.name).is_bad())
                 .map(|p| p.name.clone())
                 .collect();
+            let stalled_paths = m
+                .paths
+                .iter()
+                .filter_map(|p| {
+                    let age = oldest.get(&p.dev)?.as_secs_f64();
+                    (age >= STALLED_S).then(|| (p.name.clone(), age))
+                })
+                .collect();
             let health = Health {
                 queueing_without_paths: m.queue_if_no_path && failed.len() == m.paths.len(),
                 failed_paths: failed,
                 suspended: m.suspended,
                 last_path_change: m.last_path_change.map(|c| t - c.elapsed().as_secs_f64()),
+                stalled_paths,
             };
             if let Some(a) = tuner.on_window(t, &w, &health) {
                 let tp: Vec<(String, DevNum)> =

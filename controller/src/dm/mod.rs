@@ -23,6 +23,7 @@ use crate::{
 mod message;
 pub mod multipathd;
 pub mod readback;
+mod suspend_guard;
 
 pub use message::Message;
 
@@ -111,6 +112,12 @@ pub enum DmError {
         first: Errno,
         second: Option<Errno>,
     },
+    #[error(
+        "suspending '{map}' for the reload did not finish within {:.1} s: I/O in flight on a \
+         path is not completing (a hung path?); the suspend was interrupted and undone, the old \
+         table stays live", .limit.as_secs_f64()
+    )]
+    SuspendTimeout { map: String, limit: Duration },
     #[error("map '{map}' is not a multipath map (targets: {targets})")]
     NotMultipath { map: String, targets: String },
     #[error("map '{map}': the kernel's {what} does not parse ({text:?}): {err}")]
@@ -257,8 +264,18 @@ mod micros {
 }
 
 /// An open device-mapper control channel.
+/// A reload's suspend waits for every request in flight on the map's
+/// paths. Legitimate waits are milliseconds to a second or two (the
+/// largest requests in flight on the slowest path); a request on a hung
+/// path never completes, and the suspend, the map's I/O and the caller
+/// would wait with it.
+pub const DEFAULT_SUSPEND_LIMIT: Duration = Duration::from_secs(10);
+
 pub struct Dm {
     dm: DM,
+    /// How long a reload's suspend may wait for the I/O in flight (see
+    /// [`suspend_guard`]).
+    suspend_limit: Duration,
 }
 
 impl Dm {
@@ -275,7 +292,10 @@ impl Dm {
             });
         }
         let dm = DM::new().map_err(|e| DmError::Unavailable(e.to_string()))?;
-        Ok(Dm { dm })
+        Ok(Dm {
+            dm,
+            suspend_limit: DEFAULT_SUSPEND_LIMIT,
+        })
     }
 
     /// The dm ioctl interface version.
@@ -464,6 +484,11 @@ impl Dm {
             })
     }
 
+    /// Sets how long a reload's suspend may wait for in-flight I/O.
+    pub fn set_suspend_limit(&mut self, limit: Duration) {
+        self.suspend_limit = limit;
+    }
+
     /// Replaces the live table: load into the inactive slot, suspend with
     /// noflush + skip-lockfs (as multipathd does, so queued I/O survives and
     /// no filesystem freeze happens), resume. A failed load changes nothing;
@@ -477,11 +502,19 @@ impl Dm {
         fault_point("reload-after-load");
         let t1 = Instant::now();
         let flags = DmFlags::DM_SUSPEND | DmFlags::DM_NOFLUSH | DmFlags::DM_SKIP_LOCKFS;
-        if let Err(e) = self
+        let guard = suspend_guard::Guard::arm(self.suspend_limit);
+        let suspended = self
             .dm
-            .device_suspend(&id, DmOptions::default().set_flags(flags))
-        {
+            .device_suspend(&id, DmOptions::default().set_flags(flags));
+        let interrupted = guard.disarm();
+        if let Err(e) = suspended {
             let _ = self.dm.table_clear(&id);
+            if interrupted {
+                return Err(DmError::SuspendTimeout {
+                    map: map.into(),
+                    limit: self.suspend_limit,
+                });
+            }
             return Err(classify(Op::Suspend, map, e));
         }
         fault_point("reload-after-suspend");

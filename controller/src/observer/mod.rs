@@ -263,17 +263,29 @@ impl Observer {
     /// completes its commands has only young ones, however long the queue
     /// in front of it; a hung one keeps an old one.
     pub fn oldest_inflight(&self, dev: DevNum) -> Option<std::time::Duration> {
-        let k = dev.kernel();
-        let oldest = self
-            .start
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(key, t)| key.dev == k && t & START_REQUEUED == 0)
-            .map(|(_, t)| t)
-            .min()?;
-        Some(std::time::Duration::from_nanos(
-            monotonic_ns().saturating_sub(oldest),
-        ))
+        self.oldest_inflight_all().remove(&dev)
+    }
+
+    /// [`Self::oldest_inflight`] of every device with requests at its
+    /// driver, in one pass over the table.
+    pub fn oldest_inflight_all(&self) -> StdHashMap<DevNum, std::time::Duration> {
+        let mut oldest: StdHashMap<u32, u64> = StdHashMap::new();
+        for (key, t) in self.start.iter().filter_map(Result::ok) {
+            if t & START_REQUEUED == 0 {
+                let e = oldest.entry(key.dev).or_insert(t);
+                *e = (*e).min(t);
+            }
+        }
+        let now = monotonic_ns();
+        oldest
+            .into_iter()
+            .map(|(d, t)| {
+                (
+                    DevNum::from_kernel(d),
+                    std::time::Duration::from_nanos(now.saturating_sub(t)),
+                )
+            })
+            .collect()
     }
 
     /// Forgets in-flight entries older than `age`: a completion the probes

@@ -89,6 +89,10 @@ pub struct Health {
     pub queueing_without_paths: bool,
     /// When a path last changed state (seconds, the tuner's clock).
     pub last_path_change: Option<f64>,
+    /// Paths holding a command outstanding for long (name, seconds): a
+    /// reload's suspend would wait for it, the map's I/O frozen meanwhile,
+    /// forever if the path is hung and not yet failed.
+    pub stalled_paths: Vec<(String, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -466,6 +470,11 @@ impl Tuner {
         }
         if !h.failed_paths.is_empty() {
             return Some(format!("path {} failed", h.failed_paths.join(", ")));
+        }
+        if let Some((p, s)) = h.stalled_paths.first() {
+            return Some(format!(
+                "path {p} has had a command outstanding for {s:.1} s (a reload would wait for it)"
+            ));
         }
         if let Some(c) = h.last_path_change
             && t - c < self.cfg.flap_hold_s

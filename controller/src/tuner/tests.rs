@@ -518,3 +518,28 @@ fn capacity_seen_under_random_reads_weights_a_later_large_reader() {
         kept.reason
     );
 }
+
+#[test]
+fn a_path_holding_a_command_for_long_pauses_the_search() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let stalled = Health {
+        stalled_paths: vec![("sdb".into(), 2.5)],
+        ..Default::default()
+    };
+    r.steps(&mut p, 10, 64.0, 0.0, 1.0, &stalled);
+    assert!(
+        r.applied.is_empty(),
+        "no reload while a path holds a command"
+    );
+    assert_eq!(r.tuner.state(), "paused");
+    let log = r.tuner.drain();
+    assert!(
+        log.iter().any(|d| d.outcome == Outcome::Paused
+            && d.reason
+                .contains("sdb has had a command outstanding for 2.5 s")),
+        "{log:#?}"
+    );
+    r.steps(&mut p, 30, 64.0, 0.0, 1.0, &Health::default());
+    assert!(!r.applied.is_empty(), "resumes once it completes");
+}
