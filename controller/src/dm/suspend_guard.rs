@@ -37,7 +37,6 @@ fn install_handler() {
 }
 
 pub struct Guard {
-    done: Arc<AtomicBool>,
     fired: Arc<AtomicBool>,
     stop: Option<mpsc::Sender<()>>,
     watcher: Option<JoinHandle<()>>,
@@ -50,29 +49,24 @@ impl Guard {
         // SAFETY: the calling thread's own id, valid while it runs (it
         // waits for the watcher in disarm before going on).
         let me = unsafe { libc::pthread_self() };
-        let done = Arc::new(AtomicBool::new(false));
         let fired = Arc::new(AtomicBool::new(false));
         let (stop, stopped) = mpsc::channel::<()>();
-        let (d, f) = (done.clone(), fired.clone());
+        let f = fired.clone();
         let watcher = std::thread::Builder::new()
             .name("suspend-guard".into())
             .spawn(move || {
-                if stopped.recv_timeout(limit).is_ok() {
-                    return;
-                }
-                while !d.load(Ordering::SeqCst) {
+                let mut wait = limit;
+                // Until disarmed (or the guard dropped: disconnected).
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                     f.store(true, Ordering::SeqCst);
                     // SAFETY: `me` is alive: it joins this thread before
                     // it can exit.
                     unsafe { libc::pthread_kill(me, signal()) };
-                    if stopped.recv_timeout(Duration::from_millis(50)).is_ok() {
-                        return;
-                    }
+                    wait = Duration::from_millis(50);
                 }
             })
             .ok();
         Guard {
-            done,
             fired,
             stop: Some(stop),
             watcher,
@@ -87,7 +81,6 @@ impl Guard {
     }
 
     fn finish(&mut self) {
-        self.done.store(true, Ordering::SeqCst);
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }

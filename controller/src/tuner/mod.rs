@@ -592,26 +592,24 @@ impl Tuner {
         // selector's rotation: busy time instead (exact for large requests,
         // tens of ms each; io_ticks counts in jiffies). Elsewhere the load
         // of a load-aware selector already follows capacity.
-        let caps = if cur.selector == Selector::RoundRobin || class.size == Size::Large {
+        let measured = if cur.selector == Selector::RoundRobin || class.size == Size::Large {
             w.capacities()
         } else {
             w.delivered()
         }
         .filter(|c| c.len() == total_paths);
-        let mut uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
-        let mut learned = false;
-        let caps = match caps {
-            Some(c) if uneven => Some(c),
-            c if class.size == Size::Large => match &self.path_caps {
-                Some(k) if k.len() == total_paths => {
-                    uneven = true;
-                    learned = true;
-                    Some(k.clone())
+        // A large-request workload whose own figures look even falls back
+        // on the capacity seen earlier (kept only when clearly unequal).
+        let (caps, learned) = match measured {
+            Some(c) if spread(&c) > 1.5 => (Some(c), false),
+            c => match &self.path_caps {
+                Some(k) if class.size == Size::Large && k.len() == total_paths => {
+                    (Some(k.clone()), true)
                 }
-                _ => c,
+                _ => (c, false),
             },
-            c => c,
         };
+        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
         // With one active path there is nothing to select between.
         let selectors: &[Selector] = if n > 1 {
             &self.available_selectors
@@ -629,34 +627,26 @@ impl Tuner {
             })
             .map(|(wts, caps)| {
                 let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
-                (
-                    wts,
-                    format!(
-                        "{} path capacity {} MiB/s: service-time weighted by it",
-                        if learned {
-                            "earlier measured"
-                        } else {
-                            "measured"
-                        },
-                        caps_s.join("/")
-                    ),
-                )
-            });
-        let push_weights = |push: &mut Push, wts: &Vec<u32>, why| {
-            push(
-                Knob::Weights,
-                &|s| {
+                let why = format!(
+                    "{} path capacity {} MiB/s: service-time weighted by it",
+                    if learned {
+                        "earlier measured"
+                    } else {
+                        "measured"
+                    },
+                    caps_s.join("/")
+                );
+                let set = move |s: &mut Settings| {
                     s.selector = Selector::ServiceTime;
                     s.weights = wts.clone();
-                },
-                why,
-            )
-        };
+                };
+                (set, why)
+            });
         if class.size == Size::Large {
             // On unequal paths, first send each request where it finishes
             // soonest: with one large request in flight, the fastest path.
-            if let Some((weights, why)) = &weigh {
-                push_weights(&mut push, weights, why.clone());
+            if let Some((set, why)) = &weigh {
+                push(Knob::Weights, set, why.clone());
             }
             // Split a large request so its pieces travel down several paths
             // at once: the piece size that gives each active path one.
@@ -731,9 +721,9 @@ impl Tuner {
             );
         }
         if class.size != Size::Large
-            && let Some((weights, why)) = &weigh
+            && let Some((set, why)) = &weigh
         {
-            push_weights(&mut push, weights, why.clone());
+            push(Knob::Weights, set, why.clone());
         }
         // Back to where the map started, for knobs moved earlier.
         for k in [Knob::MaxSectorsKb, Knob::QueueDepth, Knob::ActivePaths] {
@@ -982,9 +972,6 @@ fn trial_value(k: Knob, s: &Settings) -> String {
 }
 
 /// Ratio of the largest to the smallest capacity.
-/// Adds a candidate: the knob, how it changes the settings, and why.
-type Push<'a> = dyn FnMut(Knob, &dyn Fn(&mut Settings), String) + 'a;
-
 fn spread(c: &[f64]) -> f64 {
     let max = c.iter().cloned().fold(0.0, f64::max);
     let min = c.iter().cloned().fold(f64::INFINITY, f64::min);

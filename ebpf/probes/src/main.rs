@@ -159,26 +159,20 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
     // latency is what the submitter waited. An old unmarked entry is a
     // completion never seen: start over.
     let fresh = START.insert(&key, &now_ns, BPF_NOEXIST as u64).is_ok();
-    let mut again = false;
-    let mut back = false;
     if !fresh && let Some(t) = START.get_ptr_mut(&key) {
         let t0 = unsafe { *t };
         if t0 & REQUEUED != 0 {
+            // Back at the driver after a requeue: in flight again.
             unsafe { *t = t0 & !REQUEUED };
-            again = true;
-            back = true;
-        } else if now_ns.saturating_sub(t0) < REDISPATCH_NS {
-            again = true;
-        } else {
-            unsafe { *t = now_ns };
+            if let Some(sh) = shared(dev) {
+                atomic_add(&mut sh.inflight, 1);
+            }
+            return Ok(());
         }
-    }
-    if again {
-        // Back at the driver after a requeue: in flight again.
-        if back && let Some(sh) = shared(dev) {
-            atomic_add(&mut sh.inflight, 1);
+        if now_ns.saturating_sub(t0) < REDISPATCH_NS {
+            return Ok(());
         }
-        return Ok(());
+        unsafe { *t = now_ns };
     }
     let s = stats(dev).ok_or(-1i32)?;
     if let Some(n) = s.ios.get_mut(dir) {
