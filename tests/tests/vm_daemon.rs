@@ -45,89 +45,182 @@ fn randread_mib(tb: &Testbed, dev: &str, secs: u32) -> Result<f64> {
     Ok(kib / 1024.0)
 }
 
+/// Sends one control request to the guest daemon; panics on an error reply.
+fn ctl(tb: &Testbed, req: &str) -> Result<String> {
+    let out = tb.sh(&format!("pathpilot ctl '{req}'"))?;
+    anyhow::ensure!(out.contains("\"ok\":true"), "{req}: {out}");
+    Ok(out)
+}
+
+/// Loads `table` into map `name` behind the daemon's back (dmsetup, as
+/// multipathd reloads: load, then one noflush resume).
+fn dmsetup_reload(tb: &Testbed, name: &str, table: &str) -> Result<()> {
+    tb.sh(&format!(
+        "export DM_DISABLE_UDEV=1; dmsetup load {name} --table '{table}' && dmsetup resume --noflush {name}"
+    ))?;
+    Ok(())
+}
+
+/// Waits (up to `limit`) until the tuner of the first map says `want`,
+/// asking every 3 s: each `pathpilot ctl` is a process start and a status
+/// in JSON on the emulated guest CPU, which asking every second under load
+/// takes from the very throughput the tuner measures.
+fn wait_tuner(tb: &Testbed, want: &str, limit: Duration) -> Result<bool> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        std::thread::sleep(Duration::from_secs(3));
+        if daemon_status(tb)?["maps"][0]["tuner"] == want {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 #[test]
 fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
+    // Like with like: every figure here is measured on the same map with
+    // the same daemon attached (its observer costs the emulated guest CPU
+    // a share that no margin for noise covers): the static settings in
+    // observe mode, the tuned one after tune mode converged. The caps keep
+    // the paths, not the emulated CPU, the limit (as on a SAN host), so
+    // that the settings differ by what the paths can do: the CPU-bound
+    // case is the bench's.
     let tb = boot_or_skip!(
         Testbed::builder()
             .paths(4)
-            .caps_mib(&[10.0, 20.0, 40.0, 80.0])
+            .caps_mib(&[4.0, 8.0, 16.0, 32.0])
     );
-    let disks = tb.disks()?;
-    let devs: Vec<&str> = disks.iter().map(|d| d.dev.as_str()).collect();
-    let sectors: u64 = tb.sh("blockdev --getsz /dev/sda")?.trim().parse()?;
-    // The grid: every static setting of the same knobs, in this VM run.
-    let mut grid = vec![];
-    let rr = multipath_table(sectors, "round-robin", &devs);
-    tb.sh(&format!(
-        "DM_DISABLE_UDEV=1 dmsetup create grid --table '{rr}'"
-    ))?;
-    for (name, table) in [
-        ("round-robin", rr.clone()),
-        (
-            "queue-length",
-            multipath_table(sectors, "queue-length", &devs),
-        ),
-        (
-            "service-time",
-            multipath_table(sectors, "service-time", &devs),
-        ),
-        (
-            "service-time 13:25:50:100",
-            format!(
-                "0 {sectors} multipath 0 0 1 1 service-time 0 4 2 {} 1 13 {} 1 25 {} 1 50 {} 1 100",
-                devs[0], devs[1], devs[2], devs[3]
-            ),
-        ),
-    ] {
-        tb.sh(&format!(
-            "export DM_DISABLE_UDEV=1; dmsetup load grid --table '{table}' && dmsetup suspend grid && dmsetup resume grid"
-        ))?;
-        let mib = randread_mib(&tb, "/dev/mapper/grid", 5)?;
-        eprintln!("grid: {name}: {mib:.1} MiB/s");
-        grid.push((name, mib));
-    }
-    tb.sh("DM_DISABLE_UDEV=1 dmsetup remove grid")?;
-    let (best_name, best) = grid
-        .iter()
-        .cloned()
-        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
-
-    // The daemon creates a round-robin map and tunes it under the same load.
     start_daemon(&tb, &config("tune", "round-robin"), "")?;
+    // No load yet, so the tuner cannot have started a trial.
+    ctl(&tb, r#"{"cmd":"mode","mode":"observe","map":"mpatha"}"#)?;
     let s = daemon_status(&tb)?;
     assert_eq!(s["maps"][0]["name"], "mpatha", "{s}");
     let dm = s["maps"][0]["dm_name"]
         .as_str()
         .context("dm name")?
         .to_string();
-    assert!(tb.sh("dmsetup table mpatha")?.contains("round-robin"));
+    let rr = tb.sh("dmsetup table mpatha")?.trim().to_string();
+    assert!(rr.contains("round-robin"), "{rr}");
+    let disks = tb.disks()?;
+    let devs: Vec<&str> = disks.iter().map(|d| d.dev.as_str()).collect();
+    let sectors: u64 = tb.sh("blockdev --getsz /dev/sda")?.trim().parse()?;
+    let with_features = |t: String| t.replacen("multipath 0 ", "multipath 1 queue_if_no_path ", 1);
+    // The grid: every static setting of the same knobs, in this VM run.
+    let grid_tables = [
+        ("round-robin", rr.clone()),
+        (
+            "queue-length",
+            with_features(multipath_table(sectors, "queue-length", &devs)),
+        ),
+        (
+            "service-time",
+            with_features(multipath_table(sectors, "service-time", &devs)),
+        ),
+        (
+            "service-time 13:25:50:100",
+            format!(
+                "0 {sectors} multipath 1 queue_if_no_path 0 1 1 service-time 0 4 2 {} 1 13 {} 1 25 {} 1 50 {} 1 100",
+                devs[0], devs[1], devs[2], devs[3]
+            ),
+        ),
+    ];
+    let mut grid = vec![];
+    for (name, table) in &grid_tables {
+        dmsetup_reload(&tb, "mpatha", table)?;
+        let mib = randread_mib(&tb, &format!("/dev/{dm}"), 5)?;
+        eprintln!("grid (daemon observing): {name}: {mib:.1} MiB/s");
+        grid.push((*name, table.clone(), mib));
+    }
+    let (best_name, best_table, _) =
+        grid.iter().cloned().fold(
+            ("", String::new(), 0.0),
+            |a, b| if b.2 > a.2 { b } else { a },
+        );
+
+    // Back to round-robin, and the daemon tunes it under the same load.
+    dmsetup_reload(&tb, "mpatha", &rr)?;
+    ctl(&tb, r#"{"cmd":"mode","mode":"tune","map":"mpatha"}"#)?;
     let t0 = Instant::now();
     let load = tb.spawn(&format!(
         "fio --name=l --filename=/dev/{dm} --rw=randread --bs=64k --direct=1 --ioengine=libaio \
-         --iodepth=16 --runtime=50 --time_based --output=/dev/null"
+         --iodepth=16 --runtime=70 --time_based --output=/dev/null"
     ))?;
+    // Undisturbed for the first 40 s (see wait_tuner).
+    std::thread::sleep(Duration::from_secs(40));
+    let converged = wait_tuner(&tb, "converged", Duration::from_secs(25))?;
+    // Frozen where it got to: observe mode changes nothing more.
+    ctl(&tb, r#"{"cmd":"mode","mode":"observe","map":"mpatha"}"#)?;
     tb.wait_job(&load, Duration::from_secs(90))?;
-    let tuned = randread_mib(&tb, &format!("/dev/{dm}"), 6)?;
-    let table = tb.sh("dmsetup table mpatha")?;
+    let tuned_table = tb.sh("dmsetup table mpatha")?.trim().to_string();
+    let knobs = format!(
+        "cat /sys/block/{dm}/queue/max_sectors_kb /sys/block/{dm}/queue/nr_requests \
+         /sys/block/sd*/device/queue_depth"
+    );
+    let tuned_knobs = tb.sh(&knobs)?;
     let log = tb.sh("pathpilot log")?;
     eprintln!(
-        "tuned in {:.0} s: {tuned:.1} MiB/s vs best static {best_name} {best:.1}\ntable: {table}\n{log}",
+        "tuner {} after {:.0} s\ntable: {tuned_table}\n{log}",
+        if converged {
+            "converged"
+        } else {
+            "still searching"
+        },
         t0.elapsed().as_secs_f64()
     );
     assert!(
-        !table.contains("round-robin"),
-        "round-robin is not kept: {table}\n{log}"
-    );
-    assert!(
-        tuned >= 0.9 * best,
-        "tuned {tuned:.1} MiB/s < 90% of the best static setting ({best_name}, {best:.1}):\n{log}"
+        !tuned_table.contains("round-robin"),
+        "round-robin is not kept: {tuned_table}\n{log}"
     );
     assert!(log.contains(" kept "), "{log}");
     // Every kept change reads back from the kernel as logged.
     let s = daemon_status(&tb)?;
     assert_eq!(
         s["maps"][0]["settings"]["selector"],
-        table.split_whitespace().nth(8).unwrap_or("")
+        tuned_table.split_whitespace().nth(8).unwrap_or(""),
+        "{s}"
+    );
+    // Tuned and the grid's best alternated, three times each, in the same
+    // state (the grid's best measured afresh: the highest of four noisy
+    // figures is biased upwards). A reload resets the dm queue's limits,
+    // so the tuned knobs go back with the tuned table.
+    let mut tuned = vec![];
+    let mut static_best = vec![];
+    for _ in 0..3 {
+        dmsetup_reload(&tb, "mpatha", &tuned_table)?;
+        tb.sh(&format!(
+            "set -- {}; echo $1 > /sys/block/{dm}/queue/max_sectors_kb; \
+             echo $2 > /sys/block/{dm}/queue/nr_requests; shift 2; \
+             for d in /sys/block/sd*/device/queue_depth; do echo $1 > $d; shift; done",
+            tuned_knobs.split_whitespace().collect::<Vec<_>>().join(" ")
+        ))?;
+        assert_eq!(tb.sh(&knobs)?, tuned_knobs, "tuned knobs restored");
+        tuned.push(randread_mib(&tb, &format!("/dev/{dm}"), 6)?);
+        dmsetup_reload(&tb, "mpatha", &best_table)?;
+        static_best.push(randread_mib(&tb, &format!("/dev/{dm}"), 6)?);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let same_setting = tuned_table == best_table && tb.sh(&knobs)? == tuned_knobs;
+    let (tuned, best) = (median(&mut tuned), median(&mut static_best));
+    let rr_mib = grid[0].2;
+    eprintln!(
+        "tuned {tuned:.1} MiB/s vs best static {best_name} {best:.1} (round-robin {rr_mib:.1}), \
+         both with the daemon attached{}",
+        if same_setting {
+            ": the same setting"
+        } else {
+            ""
+        }
+    );
+    // The guest's run-to-run noise is about 15%; round-robin is far below
+    // (4 x the slowest path against the sum of the caps). A tuned map in
+    // the grid's best setting itself is that setting, whatever the noise
+    // says of two runs of it.
+    assert!(
+        same_setting || tuned >= 0.85 * best,
+        "tuned {tuned:.1} MiB/s < 85% of the best static setting ({best_name}, {best:.1}):\n{log}"
     );
     Ok(())
 }
