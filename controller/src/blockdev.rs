@@ -4,6 +4,16 @@ use std::{fmt, fs, path::Path, str::FromStr};
 
 use thiserror::Error;
 
+/// The SCSI address (`H:C:T:L`) of a disk, or `-` for one without (a
+/// disk that is gone, a non-SCSI device).
+pub fn hctl(dev: DevNum) -> String {
+    std::fs::read_link(dev.sysfs().join("device"))
+        .ok()
+        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| n.split(':').count() == 4)
+        .unwrap_or_else(|| "-".into())
+}
+
 /// A block device number (major:minor), the userspace form of a dev_t.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct DevNum {

@@ -4,6 +4,8 @@ pub mod cli;
 pub mod daemon;
 pub mod discovery;
 pub mod dm;
+pub mod error;
+pub mod lock;
 pub mod mpath;
 pub mod observer;
 pub mod sysfs_knobs;

@@ -15,7 +15,7 @@
 //!
 //! Tests boot one VM each; a machine-wide lock serialises them (the host
 //! has 2 cores and throughput checks need them).
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 pub use xtask::testbed::{Builder, Config, Job, Link, Output, SERIAL, Testbed, WWN, check_host};
@@ -218,4 +218,149 @@ pub fn daemon_status(tb: &Testbed) -> Result<serde_json::Value> {
     let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
     let v: serde_json::Value = serde_json::from_str(out.trim()).context("status JSON")?;
     Ok(v["data"].clone())
+}
+
+pub fn daemon_alive(tb: &Testbed) -> Result<bool> {
+    Ok(tb
+        .run("kill -0 $(cat /tmp/daemon.pid) 2>/dev/null")?
+        .success())
+}
+
+/// SIGTERM, and wait until it is gone.
+pub fn stop_daemon(tb: &Testbed) -> Result<()> {
+    tb.sh("kill $(cat /tmp/daemon.pid)")?;
+    poll(tb, "the daemon to stop", Duration::from_secs(10), |tb| {
+        Ok(!daemon_alive(tb)?)
+    })?;
+    Ok(())
+}
+
+/// Polls `cond` every 50 ms until it holds; returns how long that took.
+pub fn poll(
+    tb: &Testbed,
+    what: &str,
+    timeout: Duration,
+    cond: impl FnMut(&Testbed) -> Result<bool>,
+) -> Result<Duration> {
+    poll_since(tb, Instant::now(), what, timeout, cond)
+}
+
+/// As [`poll`], timed from `t` (the fault, before the call that made it).
+pub fn poll_since(
+    tb: &Testbed,
+    t: Instant,
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut(&Testbed) -> Result<bool>,
+) -> Result<Duration> {
+    loop {
+        if cond(tb)? {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > timeout {
+            bail!(
+                "timed out after {timeout:?} waiting for {what}\n{}\n{}\n{}",
+                tb.sh("dmsetup table; dmsetup status; ls /sys/block")
+                    .unwrap_or_default(),
+                daemon_log(tb),
+                daemon_threads(tb)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Where each of the daemon's threads is (kernel wait channel and stack):
+/// a daemon that stops acting shows what it waits for.
+pub fn daemon_threads(tb: &Testbed) -> String {
+    tb.sh("for t in /proc/$(cat /tmp/daemon.pid)/task/*; do \
+         echo \"== $(cat $t/comm) wchan=$(cat $t/wchan) $(cut -d' ' -f3 $t/stat)\"; \
+         cat $t/stack 2>/dev/null | head -12; done")
+        .unwrap_or_default()
+}
+
+/// Waits until the daemon has made mpatha over `n` paths, all active and
+/// checked ready.
+pub fn wait_map_ready(tb: &Testbed, n: usize) -> Result<()> {
+    poll(tb, "mpatha ready", Duration::from_secs(20), |tb| {
+        let s = daemon_status(tb)?;
+        let paths = s["maps"][0]["paths"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(paths.len() == n
+            && paths
+                .iter()
+                .all(|p| p["dm_state"] == "active" && p["checker"] == "ready"))
+    })?;
+    Ok(())
+}
+
+/// fio writing 64 KiB blocks at QD8 with crc32c checksums for `secs`,
+/// reading back every 16 written blocks (so verification happens during
+/// the fault, not only at the end).
+pub fn verified_writer(secs: u32) -> String {
+    format!(
+        "fio --name=v --filename=/dev/mapper/mpatha --rw=randwrite --bs=64k --direct=1 \
+         --ioengine=libaio --iodepth=8 --size=128m --time_based --runtime={secs} \
+         --verify=crc32c --verify_backlog=16 --verify_fatal=1 \
+         --output-format=terse --terse-version=3 2>&1"
+    )
+}
+
+/// What fio's terse v3 line says.
+#[derive(Debug)]
+pub struct Fio {
+    /// fio's first error (errno), 0 when none.
+    pub error: u64,
+    pub read_kib: u64,
+    pub write_kib: u64,
+    pub verify_failures: usize,
+}
+
+pub fn parse_fio(out: &str) -> Result<Fio> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .with_context(|| format!("no fio terse line in:\n{out}"))?;
+    let f: Vec<&str> = line.split(';').collect();
+    let num = |i: usize| -> Result<u64> {
+        f.get(i)
+            .with_context(|| format!("short fio line: {line}"))?
+            .parse()
+            .with_context(|| format!("fio field {i}: {line}"))
+    };
+    Ok(Fio {
+        error: num(4)?,
+        read_kib: num(5)?,
+        write_kib: num(46)?,
+        verify_failures: out
+            .lines()
+            .filter(|l| l.contains("verify") && (l.contains("bad") || l.contains("fail")))
+            .count(),
+    })
+}
+
+/// Waits for a verified writer and asserts it wrote, read back, and saw no
+/// I/O error and no verify failure.
+pub fn expect_clean(tb: &Testbed, job: &Job, what: &str) -> Result<Fio> {
+    let out = tb.wait_job(job, Duration::from_secs(150))?;
+    let text = out.stdout_str();
+    let f = parse_fio(&text)?;
+    eprintln!(
+        "{what}: fio wrote {} MiB, read back {} MiB, error {}, verify failures {}",
+        f.write_kib / 1024,
+        f.read_kib / 1024,
+        f.error,
+        f.verify_failures
+    );
+    if !out.success() || f.error != 0 || f.verify_failures != 0 {
+        bail!(
+            "{what}: fio saw an I/O error or a verify failure (exit {}): {f:?}\n{text}\n{}",
+            out.code,
+            daemon_log(tb)
+        );
+    }
+    assert!(f.write_kib > 0 && f.read_kib > 0, "{what}: {f:?}");
+    Ok(f)
 }

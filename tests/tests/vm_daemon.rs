@@ -138,8 +138,11 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         );
 
     // Back to round-robin, and the daemon tunes it under the same load.
+    // The grid's tables were loaded behind its back: it stopped tuning the
+    // map for that (see vm_operator), until resumed.
     dmsetup_reload(&tb, "mpatha", &rr)?;
     ctl(&tb, r#"{"cmd":"mode","mode":"tune","map":"mpatha"}"#)?;
+    ctl(&tb, r#"{"cmd":"resume","map":"mpatha"}"#)?;
     let t0 = Instant::now();
     let load = tb.spawn(&format!(
         "fio --name=l --filename=/dev/{dm} --rw=randread --bs=64k --direct=1 --ioengine=libaio \

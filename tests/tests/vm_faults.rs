@@ -6,10 +6,13 @@
 //! no I/O error, no verify failure, and the figures are printed.
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, TestbedExt, daemon_log, daemon_status, start_daemon},
+    vm::{
+        Testbed, TestbedExt, daemon_alive, daemon_log, daemon_status, expect_clean, parse_fio,
+        poll, poll_since, start_daemon, stop_daemon, verified_writer, wait_map_ready,
+    },
 };
 
 /// Checker timing of these tests (seconds).
@@ -38,65 +41,6 @@ flap_hold_secs = 6
     )
 }
 
-fn daemon_alive(tb: &Testbed) -> Result<bool> {
-    Ok(tb
-        .run("kill -0 $(cat /tmp/daemon.pid) 2>/dev/null")?
-        .success())
-}
-
-/// SIGTERM, and wait until it is gone.
-fn stop_daemon(tb: &Testbed) -> Result<()> {
-    tb.sh("kill $(cat /tmp/daemon.pid)")?;
-    poll(tb, "the daemon to stop", Duration::from_secs(10), |tb| {
-        Ok(!daemon_alive(tb)?)
-    })?;
-    Ok(())
-}
-
-/// Polls `cond` every 50 ms until it holds; returns how long that took.
-fn poll(
-    tb: &Testbed,
-    what: &str,
-    timeout: Duration,
-    cond: impl FnMut(&Testbed) -> Result<bool>,
-) -> Result<Duration> {
-    poll_since(tb, Instant::now(), what, timeout, cond)
-}
-
-/// As [`poll`], timed from `t` (the fault, before the call that made it).
-fn poll_since(
-    tb: &Testbed,
-    t: Instant,
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut(&Testbed) -> Result<bool>,
-) -> Result<Duration> {
-    loop {
-        if cond(tb)? {
-            return Ok(t.elapsed());
-        }
-        if t.elapsed() > timeout {
-            bail!(
-                "timed out after {timeout:?} waiting for {what}\n{}\n{}\n{}",
-                tb.sh("dmsetup table; dmsetup status; ls /sys/block")
-                    .unwrap_or_default(),
-                daemon_log(tb),
-                daemon_threads(tb)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Where each of the daemon's threads is (kernel wait channel and stack):
-/// a daemon that stops acting shows what it waits for.
-fn daemon_threads(tb: &Testbed) -> String {
-    tb.sh("for t in /proc/$(cat /tmp/daemon.pid)/task/*; do \
-         echo \"== $(cat $t/comm) wchan=$(cat $t/wchan) $(cut -d' ' -f3 $t/stat)\"; \
-         cat $t/stack 2>/dev/null | head -12; done")
-        .unwrap_or_default()
-}
-
 /// (maj:min, active) of every path of mpatha, from the kernel's status.
 fn kernel_paths(tb: &Testbed) -> Result<Vec<(String, bool)>> {
     tb.map_paths("mpatha")
@@ -113,92 +57,6 @@ fn path_state(tb: &Testbed, dev: &str) -> Result<Option<bool>> {
 fn all_active(tb: &Testbed, n: usize) -> Result<bool> {
     let p = kernel_paths(tb)?;
     Ok(p.len() == n && p.iter().all(|(_, a)| *a))
-}
-
-/// Waits until the daemon has made mpatha over `n` paths, all active and
-/// checked ready.
-fn wait_map_ready(tb: &Testbed, n: usize) -> Result<()> {
-    poll(tb, "mpatha ready", Duration::from_secs(20), |tb| {
-        let s = daemon_status(tb)?;
-        let paths = s["maps"][0]["paths"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        Ok(paths.len() == n
-            && paths
-                .iter()
-                .all(|p| p["dm_state"] == "active" && p["checker"] == "ready"))
-    })?;
-    Ok(())
-}
-
-/// fio writing 64 KiB blocks at QD8 with crc32c checksums for `secs`,
-/// reading back every 16 written blocks (so verification happens during
-/// the fault, not only at the end).
-fn verified_writer(secs: u32) -> String {
-    format!(
-        "fio --name=v --filename=/dev/mapper/mpatha --rw=randwrite --bs=64k --direct=1 \
-         --ioengine=libaio --iodepth=8 --size=128m --time_based --runtime={secs} \
-         --verify=crc32c --verify_backlog=16 --verify_fatal=1 \
-         --output-format=terse --terse-version=3 2>&1"
-    )
-}
-
-/// What fio's terse v3 line says.
-#[derive(Debug)]
-struct Fio {
-    /// fio's first error (errno), 0 when none.
-    error: u64,
-    read_kib: u64,
-    write_kib: u64,
-    verify_failures: usize,
-}
-
-fn parse_fio(out: &str) -> Result<Fio> {
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("3;"))
-        .with_context(|| format!("no fio terse line in:\n{out}"))?;
-    let f: Vec<&str> = line.split(';').collect();
-    let num = |i: usize| -> Result<u64> {
-        f.get(i)
-            .with_context(|| format!("short fio line: {line}"))?
-            .parse()
-            .with_context(|| format!("fio field {i}: {line}"))
-    };
-    Ok(Fio {
-        error: num(4)?,
-        read_kib: num(5)?,
-        write_kib: num(46)?,
-        verify_failures: out
-            .lines()
-            .filter(|l| l.contains("verify") && (l.contains("bad") || l.contains("fail")))
-            .count(),
-    })
-}
-
-/// Waits for a verified writer and asserts it wrote, read back, and saw no
-/// I/O error and no verify failure.
-fn expect_clean(tb: &Testbed, job: &pathpilot_tests::vm::Job, what: &str) -> Result<Fio> {
-    let out = tb.wait_job(job, Duration::from_secs(150))?;
-    let text = out.stdout_str();
-    let f = parse_fio(&text)?;
-    eprintln!(
-        "{what}: fio wrote {} MiB, read back {} MiB, error {}, verify failures {}",
-        f.write_kib / 1024,
-        f.read_kib / 1024,
-        f.error,
-        f.verify_failures
-    );
-    if !out.success() || f.error != 0 || f.verify_failures != 0 {
-        bail!(
-            "{what}: fio saw an I/O error or a verify failure (exit {}): {f:?}\n{text}\n{}",
-            out.code,
-            daemon_log(tb)
-        );
-    }
-    assert!(f.write_kib > 0 && f.read_kib > 0, "{what}: {f:?}");
-    Ok(f)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -706,36 +564,47 @@ fn a_saturated_path_is_slow_not_failed() -> Result<()> {
     start_daemon(&tb, &cfg, "")?;
     wait_map_ready(&tb, 4)?;
     tb.sh("for q in /sys/block/sd*/device/queue_depth; do echo 1 > $q; done")?;
-    let job = tb.spawn(
-        "fio --name=s --filename=/dev/mapper/mpatha --rw=write --bs=4k --direct=1 \
-         --ioengine=libaio --iodepth=32 --size=256m --time_based --runtime=20 \
-         --output-format=terse --terse-version=3 2>&1",
-    )?;
-    let t = Instant::now();
-    let mut failed_seen = vec![];
-    while t.elapsed() < Duration::from_secs(20) {
-        for (d, active) in kernel_paths(&tb)? {
-            if !active && !failed_seen.contains(&d) {
-                failed_seen.push(d);
+    // Whether a check lands behind enough queued writes to wait past its
+    // timeout is a matter of timing: up to three rounds of 20 s, until one
+    // did (no path may be failed in any of them).
+    let mut waits = 0;
+    for round in 1..=3 {
+        let job = tb.spawn(
+            "fio --name=s --filename=/dev/mapper/mpatha --rw=write --bs=4k --direct=1 \
+             --ioengine=libaio --iodepth=32 --size=256m --time_based --runtime=20 \
+             --output-format=terse --terse-version=3 2>&1",
+        )?;
+        let t = Instant::now();
+        let mut failed_seen = vec![];
+        while t.elapsed() < Duration::from_secs(20) {
+            for (d, active) in kernel_paths(&tb)? {
+                if !active && !failed_seen.contains(&d) {
+                    failed_seen.push(d);
+                }
             }
+            std::thread::sleep(Duration::from_millis(500));
         }
-        std::thread::sleep(Duration::from_millis(500));
+        let out = tb.wait_job(&job, Duration::from_secs(60))?;
+        let f = parse_fio(&out.stdout_str())?;
+        let log = daemon_log(&tb);
+        waits = log.matches("behind queued I/O").count();
+        eprintln!(
+            "saturated paths, round {round}: fio wrote {} KiB, error {}; checks that waited past \
+             the {CHECK_TIMEOUT} s timeout behind a device still answering: {waits}; paths \
+             failed: {failed_seen:?}",
+            f.write_kib, f.error
+        );
+        assert!(
+            failed_seen.is_empty(),
+            "a saturated path was failed:\n{log}"
+        );
+        assert!(!log.contains("-> timeout"), "{log}");
+        assert_eq!(f.error, 0);
+        if waits > 0 {
+            break;
+        }
     }
-    let out = tb.wait_job(&job, Duration::from_secs(60))?;
-    let f = parse_fio(&out.stdout_str())?;
     let log = daemon_log(&tb);
-    let waits = log.matches("behind queued I/O").count();
-    eprintln!(
-        "saturated paths: fio wrote {} KiB, error {}; checks that waited past the {CHECK_TIMEOUT} s \
-         timeout behind a device still answering: {waits}; paths failed: {failed_seen:?}",
-        f.write_kib, f.error
-    );
-    assert!(
-        failed_seen.is_empty(),
-        "a saturated path was failed:\n{log}"
-    );
-    assert!(!log.contains("-> timeout"), "{log}");
-    assert_eq!(f.error, 0);
     // The case happened: without this the test proves nothing.
     assert!(waits > 0, "no check waited past its timeout:\n{log}");
     Ok(())

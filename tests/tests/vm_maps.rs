@@ -84,6 +84,12 @@ fn create_all_agrees_with_multipath_and_dmsetup() -> Result<()> {
     let theirs = tb.sh("multipath -ll 2>/dev/null")?;
     eprintln!("pathpilot list:\n{ours}\nmultipath -ll:\n{theirs}");
     let head = format!("mpatha ({WWID}) dm-0 QEMU,QEMU HARDDISK");
+    let hctl: std::collections::HashMap<String, String> = tb
+        .sh("for d in sda sdb sdc sdd; do echo $d $(basename $(readlink /sys/block/$d/device)); done")?
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     for (who, text) in [("pathpilot", &ours), ("multipath", &theirs)] {
         let lines: Vec<&str> = text.lines().collect();
         ensure!(
@@ -97,16 +103,15 @@ fn create_all_agrees_with_multipath_and_dmsetup() -> Result<()> {
             "{who}: {text}"
         );
         ensure!(text.contains("policy='service-time 0'"), "{who}: {text}");
-        for (i, (sd, dev)) in [
+        for (sd, dev) in [
             ("sda", "8:0"),
             ("sdb", "8:16"),
             ("sdc", "8:32"),
             ("sdd", "8:48"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let want = format!("{i}:0:0:0 {sd} {dev}");
+        ] {
+            // The guest numbers its SCSI hosts in the order the controllers
+            // probe, which varies from boot to boot: sysfs says which.
+            let want = format!("{} {sd} {dev}", hctl.get(sd).map_or("?", String::as_str));
             let line = lines
                 .iter()
                 .find(|l| {

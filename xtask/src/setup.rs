@@ -16,10 +16,12 @@ pub const APT_PACKAGES: &[&str] = &[
     "libudev-dev",
     "libdevmapper-dev",
     "libclang-dev",
-    // host tests: load generators and a check that no program stays loaded
+    // host tests: load generators, a check that no program stays loaded,
+    // `systemd-analyze verify` of the unit
     "fio",
     "bpftool",
     "tmux",
+    "systemd",
     // the VM testbed
     "qemu-system-x86",
     "busybox-static",
@@ -28,6 +30,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "xz-utils",
     "dmsetup",
     "multipath-tools",
+    // flock(1), copied into the guest: tests hold a map's lock file
+    "util-linux",
     "iproute2",
 ];
 

@@ -15,8 +15,14 @@ pub struct Args {
     /// Overrides the config's `mode`.
     #[arg(long)]
     pub mode: Option<Mode>,
+    /// Move a state file that cannot be read (/run/pathpilot/maps.json)
+    /// aside and start without it: the maps pathpilot made are then
+    /// observed only until adopted, and the paths an operator failed are
+    /// no longer held failed.
+    #[arg(long)]
+    pub reset_state: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    crate::daemon::run::run(a.config, a.mode)
+    crate::daemon::run::run(a.config, a.mode, a.reset_state)
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+pub use crate::error::{NotFoundError, UsageError};
 use crate::{
     blockdev::ResolveError, dm::DmError, mpath::ModelError, observer::ObserveError,
     sysfs_knobs::KnobError,
@@ -17,6 +18,7 @@ pub mod log;
 pub mod path;
 pub mod reload;
 pub mod remove;
+pub mod route;
 pub mod set;
 pub mod signals;
 pub mod stat;
@@ -81,14 +83,7 @@ pub mod exit {
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(r) = cause.downcast_ref::<ctl::Refused>() {
-            use crate::daemon::protocol::ErrorCode as C;
-            return match r.code {
-                C::BadRequest => exit::USAGE,
-                C::Forbidden => exit::NOT_ROOT,
-                C::NotFound => exit::NOT_FOUND,
-                C::Kernel => exit::KERNEL,
-                C::Unavailable => exit::FAILURE,
-            };
+            return refusal_exit_code(r.code);
         }
         if let Some(e) = cause.downcast_ref::<crate::daemon::client::ClientError>() {
             return client_exit_code(e);
@@ -147,30 +142,26 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 /// A daemon client's failure: its own (no daemon, socket permission) or
 /// the daemon's answer, by error code.
 fn client_exit_code(e: &crate::daemon::client::ClientError) -> u8 {
-    use crate::daemon::{client::ClientError, protocol::ErrorCode};
+    use crate::daemon::client::ClientError;
     match e {
         ClientError::NoDaemon { .. } => exit::NO_DAEMON,
         ClientError::PermissionDenied { .. } => exit::NOT_ROOT,
-        ClientError::Refused { code, .. } => match code {
-            ErrorCode::BadRequest => exit::USAGE,
-            ErrorCode::Forbidden => exit::NOT_ROOT,
-            ErrorCode::NotFound => exit::NOT_FOUND,
-            ErrorCode::Kernel => exit::KERNEL,
-            ErrorCode::Unavailable => exit::FAILURE,
-        },
+        ClientError::Refused { code, .. } => refusal_exit_code(*code),
         _ => exit::FAILURE,
     }
 }
 
-/// A value the user gave that makes no sense (beyond what clap checks).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-/// Something the user named does not exist (a LUN, a path of a map).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotFoundError(pub String);
+/// The exit status for the daemon's refusal, by its error code.
+fn refusal_exit_code(code: crate::daemon::protocol::ErrorCode) -> u8 {
+    use crate::daemon::protocol::ErrorCode as C;
+    match code {
+        C::BadRequest => exit::USAGE,
+        C::Forbidden => exit::NOT_ROOT,
+        C::NotFound => exit::NOT_FOUND,
+        C::Kernel => exit::KERNEL,
+        C::Unavailable | C::NotManaged | C::Conflict | C::Busy => exit::FAILURE,
+    }
+}
 
 /// Parses `500ms`, `1s`, `1.5s`, `2m` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -6,7 +6,12 @@ use serde::Serialize;
 
 use crate::{
     blockdev::{DevNum, display_name},
-    cli::{NotFoundError, reload::resolve_path},
+    cli::{
+        NotFoundError,
+        reload::resolve_path,
+        route::{self, Via},
+    },
+    daemon::protocol::Request,
     dm::{Dm, Message},
     mpath::PathState,
 };
@@ -87,7 +92,23 @@ pub fn run(args: Args) -> Result<()> {
         Action::Fail => Message::FailPath(dev),
         Action::Reinstate => Message::ReinstatePath(dev),
     };
-    dmc.message(&map, &msg)?;
+    // Through the daemon when it manages the map: it keeps the path
+    // failed across reloads and restarts until reinstated the same way.
+    let req = match args.action {
+        Action::Fail => Request::Fail {
+            path: dev.to_string(),
+        },
+        Action::Reinstate => Request::Reinstate {
+            path: dev.to_string(),
+        },
+    };
+    let by_daemon = match route::change(&map, "pathpilot path", &req)? {
+        Via::Daemon(_) => true,
+        Via::Here(_lock) => {
+            dmc.message(&map, &msg)?;
+            false
+        }
+    };
     let after = dmc.multipath_status(&map)?;
     let a = after.path(dev);
     let report = Report {
@@ -103,8 +124,17 @@ pub fn run(args: Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{map}: {} ({dev}) {} -> {} (fail count {})",
-            report.path, report.before, report.after, report.fail_count
+            "{map}: {} ({dev}) {} -> {} (fail count {}){}",
+            report.path,
+            report.before,
+            report.after,
+            report.fail_count,
+            match (by_daemon, args.action) {
+                (true, Action::Fail) =>
+                    "; by the pathpilot daemon, which keeps it failed until reinstated",
+                (true, Action::Reinstate) => "; by the pathpilot daemon",
+                _ => "",
+            }
         );
     }
     let wanted = match args.action {

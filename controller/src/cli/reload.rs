@@ -1,7 +1,7 @@
 //! `pathpilot reload MAP ...`: change a map's table online. Prints the old
 //! and new table as a diff, loads + suspends + resumes, then reports what
 //! the kernel kept and the stall I/O saw.
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
@@ -9,13 +9,22 @@ use serde::Serialize;
 
 use crate::{
     blockdev::{BlockDev, DevNum, display_name},
-    cli::UsageError,
+    cli::{
+        UsageError,
+        route::{self, Via},
+    },
+    daemon::{
+        client::ClientError,
+        policy::sync::{self, Hold},
+        protocol::{ErrorCode, Request},
+    },
     discovery::PathDevice,
     dm::{
         Dm, ReloadTiming, multipathd,
         readback::{self, Readback, features_string, hwhandler_string},
     },
     mpath::{MultipathTable, Path, PathArgs, PriorityGroup, Selector},
+    tuner::Knob,
 };
 
 #[derive(ClapArgs, Debug)]
@@ -53,6 +62,11 @@ pub struct Args {
     /// Reload even if the new table equals the old one.
     #[arg(long)]
     pub force: bool,
+    /// Hand the table's knobs (selector, weights, path groups) that an
+    /// earlier `reload` pinned back to the daemon's tuner; changes nothing
+    /// else. Needs a running daemon.
+    #[arg(long, conflicts_with_all = ["selector", "weights", "repeat_count", "groups", "remove_path", "add_path", "force", "dry_run"])]
+    pub release: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -340,13 +354,103 @@ pub struct Report {
     /// Absent on a dry run or when nothing changed.
     pub readback: Option<Readback>,
     pub timing: Option<ReloadTiming>,
+    /// Knobs the daemon pinned for the operator (empty without a daemon).
+    pub pinned: Vec<String>,
+}
+
+/// The knobs a reload sets (and pins, through the daemon).
+pub const TABLE_KNOBS: [Knob; 3] = [Knob::Selector, Knob::Weights, Knob::ActivePaths];
+
+/// Asks the daemon to release `knobs` of `map` (`--release`), and says
+/// what it did.
+pub fn release(map: &str, knobs: &[Knob], json: bool) -> Result<()> {
+    let Some((socket, _)) = route::daemon_socket() else {
+        bail!(UsageError(format!(
+            "no pathpilot daemon runs: nothing of {map} is pinned"
+        )));
+    };
+    let data = crate::daemon::client::call(
+        &socket,
+        &Request::Release {
+            map: map.into(),
+            knobs: knobs.to_vec(),
+        },
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+        return Ok(());
+    }
+    let names = |k: &str| -> String {
+        data[k]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    let released = names("released");
+    println!(
+        "{map}: {}",
+        if released.is_empty() {
+            "nothing to release".to_string()
+        } else {
+            format!("released {released}: the tuner may change them again")
+        }
+    );
+    let still = names("pinned");
+    if !still.is_empty() {
+        println!("{map}: still pinned: {still}");
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.release {
+        return release(&args.map, &TABLE_KNOBS, args.json);
+    }
     let dm = Dm::open()?;
+    // The daemon refuses a table planned from one that changed meanwhile
+    // (its tuner reloads too): plan again from the new one, a few times.
+    for attempt in 0.. {
+        match attempt_reload(&dm, &args) {
+            Err(e)
+                if attempt < 3
+                    && e.downcast_ref::<ClientError>().is_some_and(|c| {
+                        matches!(
+                            c,
+                            ClientError::Refused {
+                                code: ErrorCode::Conflict,
+                                ..
+                            }
+                        )
+                    }) =>
+            {
+                continue;
+            }
+            r => return r,
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// The timing of a reload made by the daemon, from its answer (micros).
+fn timing_of(v: &serde_json::Value) -> ReloadTiming {
+    let us = |k: &str| std::time::Duration::from_micros(v[k].as_u64().unwrap_or(0));
+    ReloadTiming {
+        load: us("load"),
+        suspend: us("suspend"),
+        resume: us("resume"),
+        stall: us("stall"),
+    }
+}
+
+fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
     let old = dm.multipath_table(&args.map)?;
-    let wwid = wwid_of_map(&dm, &args.map);
-    let new = plan(&old, &args, wwid.as_deref(), &resolve_path)?;
+    let wwid = wwid_of_map(dm, &args.map);
+    let new = plan(&old, args, wwid.as_deref(), &resolve_path)?;
     let d = diff(&describe(&old), &describe(&new));
     let changed = new != old;
     let mut report = Report {
@@ -358,6 +462,7 @@ pub fn run(args: Args) -> Result<()> {
         diff: d,
         readback: None,
         timing: None,
+        pinned: vec![],
     };
     if !args.json {
         println!("{}: old table: {}", args.map, report.old_table);
@@ -377,7 +482,7 @@ pub fn run(args: Args) -> Result<()> {
                 }
             );
         }
-        return emit_json(&args, &report);
+        return emit_json(args, &report);
     }
     if let Some(how) = multipathd::running()
         && !args.ignore_multipathd
@@ -387,10 +492,44 @@ pub fn run(args: Args) -> Result<()> {
             args.map
         )));
     }
-    let timing = dm
-        .reload(&args.map, &new)
-        .with_context(|| format!("reloading {}", args.map))?;
-    let applied = dm.multipath_table(&args.map)?;
+    let req = Request::Reload {
+        map: args.map.clone(),
+        expect: report.old_table.clone(),
+        table: report.new_table.clone(),
+    };
+    let (applied, timing) = match route::change(&args.map, "pathpilot reload", &req)? {
+        Via::Daemon(data) => {
+            let line = data["applied"].as_str().unwrap_or_default();
+            let applied = MultipathTable::parse_line(line)
+                .map_err(|e| anyhow::anyhow!("the daemon's read-back '{line}': {e}"))?;
+            report.pinned = data["pinned"]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|k| k.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (applied, timing_of(&data["timing"]))
+        }
+        Via::Here(mut lock) => {
+            // A new table starts with every path active: the paths the
+            // kernel held failed are failed again, as multipathd does.
+            let held: BTreeMap<DevNum, Hold> = dm
+                .multipath_status(&args.map)
+                .map(|st| {
+                    crate::daemon::ops::failed_in(&st)
+                        .into_iter()
+                        .map(|d| (d, Hold::Kernel))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let r = lock
+                .journaled(|| sync::reload(dm, &args.map, &new, &held))?
+                .with_context(|| format!("reloading {}", args.map))?;
+            (r.table, r.timing)
+        }
+    };
     let rb = readback::compare(&new, &applied);
     if !args.json {
         println!(
@@ -413,10 +552,24 @@ pub fn run(args: Args) -> Result<()> {
             ms(timing.resume),
             ms(timing.load)
         );
+        if !report.pinned.is_empty() {
+            println!(
+                "{}: applied by the pathpilot daemon; pinned: {} (its tuner leaves {} until \
+                 `pathpilot reload {} --release`)",
+                args.map,
+                report.pinned.join(", "),
+                if report.pinned.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                },
+                args.map
+            );
+        }
     }
     report.readback = Some(rb);
     report.timing = Some(timing);
-    emit_json(&args, &report)
+    emit_json(args, &report)
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -500,6 +653,7 @@ mod tests {
             dry_run: false,
             ignore_multipathd: false,
             force: false,
+            release: false,
             json: false,
         }
     }

@@ -15,7 +15,7 @@ use pathpilot_dashboards::{
 
 use super::{UsageError, parse_duration};
 use crate::{
-    blockdev::{BlockDev, DevNum, display_name},
+    blockdev::{BlockDev, DevNum, display_name, hctl},
     observer::{DeviceInterval, Observer, Scope, Snapshot, path_to_map},
 };
 
@@ -116,15 +116,6 @@ impl ObserverSource {
             history: h.iter().copied().collect(),
         }
     }
-}
-
-/// SCSI address of a path (`H:C:T:L`), "-" for other devices.
-pub fn hctl(dev: DevNum) -> String {
-    std::fs::read_link(dev.sysfs().join("device"))
-        .ok()
-        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .filter(|n| n.split(':').count() == 4)
-        .unwrap_or_else(|| "-".into())
 }
 
 fn interval_of(dev: DevNum, prev: &Snapshot, cur: &Snapshot) -> DeviceInterval {

@@ -16,8 +16,12 @@ pub struct Target<'a> {
     pub map: &'a str,
     /// `dm-N`, for the queue knobs.
     pub kernel_name: &'a str,
-    /// The map's paths in the tuner's order: (kernel name, dev).
+    /// The paths the tuner works on, in its order: (kernel name, dev).
+    /// With fixed groups, the first group's.
     pub paths: &'a [(String, DevNum)],
+    /// The path groups are the map's own (adopted, or an array's priority
+    /// groups): kept as they are; the tuner's knobs apply to the first.
+    pub fixed_groups: bool,
 }
 
 fn read_u32(dev: &str, k: SysKnob) -> Result<u32> {
@@ -57,8 +61,8 @@ fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
     } else {
         weights
     };
-    let active_paths = if table.groups.len() > 1 {
-        table.groups[0].paths.len()
+    let active_paths = if table.groups.len() > 1 || t.fixed_groups {
+        table.groups.first().map_or(0, |g| g.paths.len())
     } else {
         table.paths().count()
     };
@@ -83,8 +87,13 @@ fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
 
 /// The table for `s`: the first `active_paths` paths (in the tuner's order)
 /// in group 1, the others in a standby group 2; features and hardware
-/// handler kept from `current`.
+/// handler kept from `current`. With fixed groups, `current`'s groups stay
+/// as they are: the selector changes in each, and the weights of the
+/// first group's paths.
 pub fn table_for(current: &MultipathTable, t: &Target, s: &Settings) -> Result<MultipathTable> {
+    if t.fixed_groups {
+        return fixed_table_for(current, t, s);
+    }
     let args = |i: usize| -> Result<PathArgs> {
         let d = s
             .selector
@@ -127,47 +136,79 @@ pub fn table_for(current: &MultipathTable, t: &Target, s: &Settings) -> Result<M
     })
 }
 
-/// Applies `to` (which differs from the kernel's state in `knob`) and
-/// returns the settings read back, with the reload's stall in ms.
-pub fn apply(dm: &Dm, t: &Target, knob: Knob, to: &Settings) -> Result<(Settings, Option<f64>)> {
-    let mut stall = None;
-    let mut now = read_settings(dm, t)?;
-    if knob.needs_reload() || to.diff(&now).iter().any(|k| k.needs_reload()) {
-        let current = dm.multipath_table(t.map)?;
-        let table = table_for(&current, t, to)?;
-        let timing = dm
-            .reload(t.map, &table)
-            .with_context(|| format!("reloading {}", t.map))?;
-        stall = Some(timing.stall.as_secs_f64() * 1000.0);
-        // A new table recomputes the dm queue's limits: max_sectors_kb is
-        // back at its default, so compare the sysfs knobs with what the
-        // kernel holds after the reload, not before it.
-        now = read_settings(dm, t)?;
+fn fixed_table_for(current: &MultipathTable, t: &Target, s: &Settings) -> Result<MultipathTable> {
+    let default = s
+        .selector
+        .default_path_args()
+        .ok_or_else(|| anyhow!("selector {} needs explicit path arguments", s.selector))?;
+    let mut table = current.clone();
+    for g in &mut table.groups {
+        g.selector = s.selector.clone();
+        g.selector_args.clear();
+        for p in &mut g.paths {
+            let w = t
+                .paths
+                .iter()
+                .position(|(_, d)| *d == p.dev)
+                .and_then(|i| s.weights.get(i));
+            p.args = match (&default, w) {
+                (PathArgs::ServiceTime { repeat_count, .. }, Some(w)) => PathArgs::ServiceTime {
+                    repeat_count: *repeat_count,
+                    relative_throughput: *w,
+                },
+                (d, _) => d.clone(),
+            };
+        }
     }
-    for k in to.diff(&now) {
+    Ok(table)
+}
+
+/// Sets knob `k` of `s` from its text form (as [`Settings::show`] gives
+/// it): how pinned queue knobs are kept in the state file.
+pub fn set_from_text(s: &mut Settings, k: Knob, v: &str) -> Result<()> {
+    let num = || -> Result<u32> {
+        v.parse()
+            .map_err(|_| anyhow!("'{v}' is not a number for {}", k.name()))
+    };
+    match k {
+        Knob::MaxSectorsKb => s.max_sectors_kb = num()?,
+        Knob::NrRequests => s.nr_requests = num()?,
+        Knob::QueueDepth => s.queue_depth = num()?,
+        Knob::Scheduler => s.scheduler = v.to_string(),
+        // The table keeps these itself.
+        Knob::Selector | Knob::Weights | Knob::ActivePaths => {}
+    }
+    Ok(())
+}
+
+/// Writes the queue knobs (sysfs) of `want` that differ from `now`: the
+/// dm device's limits and scheduler, every tuned path's queue_depth.
+pub fn write_queue_knobs(t: &Target, now: &Settings, want: &Settings) -> Result<()> {
+    for k in want.diff(now) {
         let (dev, sk, v) = match k {
             Knob::MaxSectorsKb => (
                 t.kernel_name,
                 SysKnob::MaxSectorsKb,
-                to.max_sectors_kb.to_string(),
+                want.max_sectors_kb.to_string(),
             ),
             Knob::NrRequests => (
                 t.kernel_name,
                 SysKnob::NrRequests,
-                to.nr_requests.to_string(),
+                want.nr_requests.to_string(),
             ),
-            Knob::Scheduler => (t.kernel_name, SysKnob::Scheduler, to.scheduler.clone()),
+            Knob::Scheduler => (t.kernel_name, SysKnob::Scheduler, want.scheduler.clone()),
             Knob::QueueDepth => {
                 for (name, _) in t.paths {
-                    sysfs_knobs::write(name, SysKnob::QueueDepth, &to.queue_depth.to_string())?;
+                    sysfs_knobs::write(name, SysKnob::QueueDepth, &want.queue_depth.to_string())
+                        .with_context(|| format!("{} queue_depth", t.map))?;
                 }
                 continue;
             }
             _ => continue,
         };
-        sysfs_knobs::write(dev, sk, &v)?;
+        sysfs_knobs::write(dev, sk, &v).with_context(|| format!("{} {}", t.map, k.name()))?;
     }
-    Ok((read_settings(dm, t)?, stall))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -179,6 +220,7 @@ mod tests {
             map: "mpatha",
             kernel_name: "dm-0",
             paths,
+            fixed_groups: false,
         }
     }
 
@@ -214,6 +256,30 @@ mod tests {
         assert_eq!(
             t.render_line(),
             "0 2097152 multipath 1 queue_if_no_path 0 2 1 queue-length 0 2 1 8:0 1 8:16 1 queue-length 0 2 1 8:32 1 8:48 1"
+        );
+    }
+
+    #[test]
+    fn fixed_groups_keep_their_shape() {
+        // An ALUA map: the optimized ports first, with the handler.
+        let cur: MultipathTable = "0 2097152 multipath 0 1 alua 2 1 round-robin 0 2 1 8:0 1 8:16 1 round-robin 0 2 1 8:32 1 8:48 1"
+            .parse()
+            .unwrap();
+        let first: Vec<(String, DevNum)> = vec![
+            ("sda".into(), DevNum::new(8, 0)),
+            ("sdb".into(), DevNum::new(8, 16)),
+        ];
+        let t = Target {
+            fixed_groups: true,
+            ..target(&first)
+        };
+        let mut s = crate::tuner::settings::example(2);
+        s.selector = Selector::ServiceTime;
+        s.weights = vec![50, 100];
+        s.active_paths = 1; // not the tuner's to change here
+        assert_eq!(
+            table_for(&cur, &t, &s).unwrap().render_line(),
+            "0 2097152 multipath 0 1 alua 2 1 service-time 0 2 2 8:0 1 50 8:16 1 100 service-time 0 2 2 8:32 1 1 8:48 1 1"
         );
     }
 }

@@ -28,20 +28,6 @@ const MAX_REQUEST: usize = 8 * 1024;
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTIONS: usize = 16;
 
-/// Tuner outcomes, always exported (as 0 until seen) so rates and alerts
-/// have a series from the start.
-const OUTCOMES: [&str; 9] = [
-    "trying",
-    "kept",
-    "reverted",
-    "advised",
-    "ignored",
-    "snap_back",
-    "paused",
-    "resumed",
-    "budget",
-];
-
 /// Size buckets hold [2^k, 2^(k+1)) bytes, so `le` is 2^(k+1) - 1: exact,
 /// where a bound of 2^(k+1) would wrongly claim the 2^(k+1)-byte requests
 /// (requests are mostly exact powers of two). 1 KiB - 1 .. 32 MiB - 1.
@@ -290,12 +276,15 @@ pub fn render(s: &DaemonStatus) -> String {
             .map(|(_, n)| *n)
             .sum::<u64>()
     };
-    for out in OUTCOMES {
+    // Every outcome, as 0 until seen, so rates and alerts have a series
+    // from the start.
+    let outcomes = crate::tuner::Outcome::ALL.map(|o| o.word());
+    for out in outcomes {
         let l = labels(&[("outcome", out)]);
         o.sample("pathpilot_tuner_decisions_total", &l, count(out) as f64);
     }
     for (k, n) in &s.decision_counts {
-        if !OUTCOMES.contains(&k.as_str()) {
+        if !outcomes.contains(&k.as_str()) {
             let l = labels(&[("outcome", k)]);
             o.sample("pathpilot_tuner_decisions_total", &l, *n as f64);
         }
@@ -618,6 +607,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         share_pct: if state == "active" { 75.0 } else { 25.0 },
         rates: rates(10.0 * k as f64),
         totals: totals(k),
+        operator_failed: false,
     };
     let decision = |seq: u64, knob: Option<Knob>, old: &str, new: &str, outcome, reason: &str| {
         LoggedDecision {
@@ -665,6 +655,8 @@ pub(crate) fn example_status() -> DaemonStatus {
                 tuner: "tune".into(),
                 paused: false,
                 class: Some("read/large/seq".into()),
+                pinned: vec![],
+                outside_change: None,
                 settings: Some(Settings {
                     selector: Selector::ServiceTime,
                     weights: vec![10, 20],

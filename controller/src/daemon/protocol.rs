@@ -6,7 +6,7 @@
 //! `{"ok": false, "code": "not_found", "error": "no map 'mpathz'"}`.
 use serde::{Deserialize, Serialize};
 
-use crate::tuner::Mode;
+use crate::tuner::{Knob, Mode};
 
 /// The longest request line accepted; longer lines get an error and the
 /// connection is closed (a client must not make the daemon buffer forever).
@@ -42,6 +42,27 @@ pub enum Request {
         #[serde(default)]
         map: Option<String>,
     },
+    /// An operator's table change (`pathpilot reload`): `table` replaces
+    /// the live table if it still is `expect` (the table the command
+    /// planned from), and the knobs it changes are pinned.
+    Reload {
+        map: String,
+        expect: String,
+        table: String,
+    },
+    /// An operator's queue knobs (`pathpilot set`): `target` is a map or a
+    /// path, `settings` are `knob=value`; the knobs are pinned.
+    Set {
+        target: String,
+        settings: Vec<String>,
+    },
+    /// Hand pinned knobs back to the tuner (all of the map's when `knobs`
+    /// is absent or empty).
+    Release {
+        map: String,
+        #[serde(default)]
+        knobs: Vec<Knob>,
+    },
 }
 
 impl Request {
@@ -64,6 +85,13 @@ pub enum ErrorCode {
     Kernel,
     /// The daemon is stopping or the engine did not answer in time.
     Unavailable,
+    /// The map is not the daemon's to change (it only observes it): the
+    /// command changes it itself.
+    NotManaged,
+    /// The map changed since the command read it: plan again.
+    Conflict,
+    /// Another writer holds the map's lock.
+    Busy,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +158,23 @@ mod tests {
             }
         );
         assert!(parse(r#"{"cmd":"log"}"#).is_ok());
+        assert_eq!(
+            parse(r#"{"cmd":"release","map":"mpatha","knobs":["selector","max_sectors_kb"]}"#)
+                .unwrap(),
+            Request::Release {
+                map: "mpatha".into(),
+                knobs: vec![Knob::Selector, Knob::MaxSectorsKb]
+            }
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"release","map":"mpatha"}"#).unwrap(),
+            Request::Release {
+                map: "mpatha".into(),
+                knobs: vec![]
+            }
+        );
+        assert!(parse(r#"{"cmd":"set","target":"sdb","settings":["queue_depth=4"]}"#).is_ok());
+        assert!(parse(r#"{"cmd":"reload","map":"m","expect":"a","table":"b"}"#).is_ok());
     }
 
     #[test]

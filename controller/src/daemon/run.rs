@@ -19,9 +19,10 @@ use super::{
     metrics,
     shared::Shared,
     socket::{self, AccessPolicy},
+    state::{STATE_FILE, State},
     status::DaemonStatus,
 };
-use crate::{cli::UsageError, tuner::Mode};
+use crate::{error::UsageError, lock::Locks, tuner::Mode};
 
 #[derive(Debug, thiserror::Error)]
 #[error("pathpilot daemon needs root (it loads eBPF programs and changes device-mapper maps)")]
@@ -36,7 +37,53 @@ fn group_id(name: &str) -> Option<u32> {
     (!g.is_null()).then(|| unsafe { (*g).gr_gid })
 }
 
-pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>) -> Result<()> {
+/// Tells systemd (Type=notify) how the daemon is doing; a no-op outside
+/// systemd. `READY=1` goes out once the maps are adopted and created, so
+/// units ordered after pathpilot (the mounts on its maps) start then.
+fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let bytes = path.as_encoded_bytes();
+    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
+        // An abstract socket.
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), Path::new(&path))
+    };
+    if let Err(e) = sent {
+        eprintln!("pathpilot: cannot notify systemd ({state}): {e}");
+    }
+}
+
+/// Loads the state file; `reset` moves a bad one aside first, loudly.
+fn load_state(reset: bool) -> Result<State> {
+    let path = Path::new(STATE_FILE);
+    if reset {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match State::move_aside(path, unix)? {
+            Some(to) => eprintln!(
+                "pathpilot: --reset-state: moved {} to {}: the maps pathpilot made are \
+                 observed only until adopted (maps.adopt), and the paths an operator failed \
+                 are no longer held failed",
+                path.display(),
+                to.display()
+            ),
+            None => eprintln!("pathpilot: --reset-state: there was no {}", path.display()),
+        }
+    }
+    Ok(State::load(path)?)
+}
+
+pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>, reset_state: bool) -> Result<()> {
     let explicit = config_path.is_some();
     let path = config_path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let mut cfg = Config::load(&path, explicit).map_err(|e| UsageError(e.to_string()))?;
@@ -46,6 +93,10 @@ pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!(NotRoot);
     }
+    // One daemon per host, whatever its socket: before anything else is
+    // touched.
+    let daemon_lock = Locks::system().daemon(&cfg.socket)?;
+    let state = load_state(reset_state)?;
     // A client that hangs up mid-answer must cost an error on that
     // connection, not the daemon (main restores SIGPIPE for the CLI).
     // SAFETY: no other thread exists yet.
@@ -72,12 +123,15 @@ pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(serve(cfg, path, read_gid, metrics_addr))
+    let r = rt.block_on(serve(cfg, path, state, read_gid, metrics_addr));
+    drop(daemon_lock);
+    r
 }
 
 async fn serve(
     cfg: Config,
     path: PathBuf,
+    state: State,
     read_gid: Option<u32>,
     metrics_addr: Option<SocketAddr>,
 ) -> Result<()> {
@@ -100,16 +154,18 @@ async fn serve(
         let shown = path.display().to_string();
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || match Engine::start(cfg, shown, shared, stop, hup) {
-                Ok(e) => {
-                    let _ = ready_tx.send(Ok(()));
-                    let r = e.run(changes).map_err(|e| format!("{e:#}"));
-                    let _ = done_tx.send(r);
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(format!("{e:#}")));
-                }
-            })?
+            .spawn(
+                move || match Engine::start(cfg, shown, state, shared, stop, hup) {
+                    Ok(e) => {
+                        let _ = ready_tx.send(Ok(()));
+                        let r = e.run(changes).map_err(|e| format!("{e:#}"));
+                        let _ = done_tx.send(r);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("{e:#}")));
+                    }
+                },
+            )?
     };
     if let Err(e) = ready_rx
         .await
@@ -123,6 +179,7 @@ async fn serve(
     let socket_task = tokio::spawn(socket::serve(listener, shared.clone(), policy));
     let metrics_task =
         metrics_listener.map(|l| tokio::spawn(metrics::serve_listener(l, shared.clone())));
+    sd_notify("READY=1");
     eprintln!(
         "pathpilot: daemon ready: mode {:?}, control socket {}, metrics {}",
         cfg.mode,
@@ -144,6 +201,7 @@ async fn serve(
             },
         }
     };
+    sd_notify("STOPPING=1");
     stop.store(true, Ordering::SeqCst);
     socket_task.abort();
     if let Some(t) = metrics_task {

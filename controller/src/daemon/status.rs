@@ -61,6 +61,10 @@ pub struct PathState {
     pub share_pct: f64,
     pub rates: Rates,
     pub totals: Totals,
+    /// Failed by an operator: stays failed across reloads and restarts
+    /// until an operator reinstates it.
+    #[serde(default)]
+    pub operator_failed: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -89,6 +93,12 @@ pub struct MapState {
     pub class: Option<String>,
     /// The honoured knobs as last read back from the kernel.
     pub settings: Option<Settings>,
+    /// Knobs an operator set, which the tuner leaves until released.
+    #[serde(default)]
+    pub pinned: Vec<String>,
+    /// Why tuning stopped for a change someone else made, until resumed.
+    #[serde(default)]
+    pub outside_change: Option<String>,
     pub rates: Rates,
     pub totals: Totals,
     pub paths: Vec<PathState>,

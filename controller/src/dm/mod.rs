@@ -614,48 +614,39 @@ impl Dm {
             })
     }
 
-    /// Waits until map `map`'s event counter moves past `last` (path failed
-    /// or reinstated, table swapped), or `timeout` passes. Returns the new
-    /// event number, or `None` on timeout. Uses the control fd's poll
-    /// interface (dm ioctl >= 4.37): any dm event wakes it, and the counter
-    /// decides whether it was this map's.
-    pub fn wait_event(
-        &self,
-        map: &str,
-        last: u32,
-        timeout: Duration,
-    ) -> Result<Option<u32>, DmError> {
+    /// Arms the control fd's event notification (dm ioctl >= 4.37): any dm
+    /// event after this call wakes [`Dm::poll_events`].
+    pub fn arm_events(&self) -> Result<(), DmError> {
+        self.dm
+            .arm_poll()
+            .map(drop)
+            .map_err(|e| classify(Op::Wait, "-", e))
+    }
+
+    /// Waits until a dm event (of any map) happened since the last
+    /// [`Dm::arm_events`], or `timeout` passes. Returns whether one did.
+    pub fn poll_events(&self, timeout: Duration) -> Result<bool, DmError> {
         use std::os::fd::AsRawFd;
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.dm.arm_poll().map_err(|e| classify(Op::Wait, map, e))?;
-            let now = self.info(map)?.event_nr;
-            if now != last {
-                return Ok(Some(now));
+        let mut pfd = libc::pollfd {
+            fd: self.dm.file().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
+        if r < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            let mut pfd = libc::pollfd {
-                fd: self.dm.file().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd for the duration of the call.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
-            if r < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(DmError::Other {
-                        op: Op::Wait,
-                        map: map.into(),
-                        msg: format!("poll on {CONTROL}: {err}"),
-                    });
-                }
-            }
+            return Err(DmError::Other {
+                op: Op::Wait,
+                map: "-".into(),
+                msg: format!("poll on {CONTROL}: {err}"),
+            });
         }
+        Ok(r > 0)
     }
 }
 

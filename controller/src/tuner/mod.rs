@@ -9,7 +9,7 @@
 //! the change only when its gain is beyond the measured noise, otherwise
 //! revert; remember the best settings per workload class, so a returning
 //! workload snaps back to them.
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -112,6 +112,50 @@ pub enum Outcome {
     Resumed,
     /// A reload stalled I/O beyond the budget.
     Budget,
+    /// An operator set the knob (through the daemon): the tuner leaves it
+    /// until released.
+    Operator,
+    /// An operator released a knob: the tuner may change it again.
+    Released,
+    /// Someone other than pathpilot changed the map: tuning stops until
+    /// an operator resumes it.
+    Outside,
+}
+
+impl Outcome {
+    /// Every outcome, for counters that start at 0.
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Trying,
+        Outcome::Kept,
+        Outcome::Reverted,
+        Outcome::Advised,
+        Outcome::Ignored,
+        Outcome::SnapBack,
+        Outcome::Paused,
+        Outcome::Resumed,
+        Outcome::Budget,
+        Outcome::Operator,
+        Outcome::Released,
+        Outcome::Outside,
+    ];
+
+    /// The word in logs and metrics (its JSON form).
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Trying => "trying",
+            Outcome::Kept => "kept",
+            Outcome::Reverted => "reverted",
+            Outcome::Advised => "advised",
+            Outcome::Ignored => "ignored",
+            Outcome::SnapBack => "snap_back",
+            Outcome::Paused => "paused",
+            Outcome::Resumed => "resumed",
+            Outcome::Budget => "budget",
+            Outcome::Operator => "operator",
+            Outcome::Released => "released",
+            Outcome::Outside => "outside",
+        }
+    }
 }
 
 /// One entry of the decision log.
@@ -198,6 +242,13 @@ pub struct Tuner {
     tried: HashMap<(String, Knob, String), f64>,
     /// Knobs the kernel did not keep on this map.
     dead: HashSet<Knob>,
+    /// Knobs an operator set: never changed by a trial or a snap-back.
+    pinned: BTreeSet<Knob>,
+    /// The map's path groups are not the tuner's to change (an adopted
+    /// map's, or an array's priority groups): it tunes the first group.
+    fixed_groups: bool,
+    /// Someone else changed the map: no tuning until an operator resumes.
+    held: Option<String>,
     /// Per-path capacity last seen clearly unequal (paths full under
     /// random reads at depth): a fact of the paths, not of the workload,
     /// so a later workload whose own figures cannot show it (one large
@@ -232,6 +283,9 @@ impl Tuner {
             memory: HashMap::new(),
             tried: HashMap::new(),
             dead: HashSet::new(),
+            pinned: BTreeSet::new(),
+            fixed_groups: false,
+            held: None,
             path_caps: None,
             last_reload: None,
             reload_blocked_until: 0.0,
@@ -254,6 +308,139 @@ impl Tuner {
         &self.current
     }
 
+    /// New tuning parameters (SIGHUP): they apply from the next window.
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = cfg;
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The knobs an operator pinned.
+    pub fn pinned(&self) -> &BTreeSet<Knob> {
+        &self.pinned
+    }
+
+    /// Sets the pinned knobs (from the daemon's state at start).
+    pub fn set_pins(&mut self, pins: BTreeSet<Knob>) {
+        self.pinned = pins;
+    }
+
+    /// Whether the path groups are fixed (see the field).
+    pub fn set_fixed_groups(&mut self, fixed: bool) {
+        self.fixed_groups = fixed;
+    }
+
+    /// Knobs no trial or snap-back may move.
+    fn off_limits(&self, k: Knob) -> bool {
+        self.pinned.contains(&k)
+            || self.dead.contains(&k)
+            || (self.fixed_groups && k == Knob::ActivePaths)
+    }
+
+    /// Why tuning stopped for a change made by someone else, if it did.
+    pub fn held(&self) -> Option<&str> {
+        self.held.as_deref()
+    }
+
+    /// Someone other than pathpilot changed the map (`why` says what):
+    /// the settings are what the kernel shows now, and tuning stops until
+    /// an operator resumes it. A trial in progress is dropped unjudged
+    /// and not undone: undoing it would overwrite the other party's change.
+    pub fn outside_change(&mut self, t: f64, why: &str, now: Settings) {
+        self.note(
+            t,
+            None,
+            "",
+            "",
+            None,
+            None,
+            format!("{why}: tuning stopped (resume with `pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"{}\"}}'`)", self.map),
+            Outcome::Outside,
+        );
+        self.current = now;
+        self.dropped = None;
+        self.held = Some(why.to_string());
+        self.phase = Phase::Baseline(vec![]);
+    }
+
+    /// An operator set `knobs` through the daemon; `now` is what the
+    /// kernel shows after it. They are pinned (the tuner leaves them until
+    /// released). A trial of another knob in progress is undone at the
+    /// next window; one of a knob the operator set is simply over.
+    pub fn operator_set(
+        &mut self,
+        t: f64,
+        knobs: &[Knob],
+        before: &Settings,
+        now: Settings,
+        how: &str,
+    ) {
+        for k in knobs {
+            self.note(
+                t,
+                Some(*k),
+                &before.show(*k),
+                &now.show(*k),
+                None,
+                None,
+                format!("set by the operator ({how}): pinned until released"),
+                Outcome::Operator,
+            );
+            self.pinned.insert(*k);
+        }
+        if let Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _) = &self.phase
+            && !knobs.contains(&tr.knob)
+        {
+            let mut tr = tr.clone();
+            tr.from = now.with(tr.knob, &tr.from);
+            tr.to = now.clone();
+            self.dropped = Some(tr);
+        }
+        self.current = now;
+        self.phase = Phase::Baseline(vec![]);
+    }
+
+    /// The operator released `knobs` (all pinned ones if empty).
+    pub fn release(&mut self, t: f64, knobs: &[Knob]) -> Vec<Knob> {
+        let gone: Vec<Knob> = if knobs.is_empty() {
+            self.pinned.iter().copied().collect()
+        } else {
+            knobs
+                .iter()
+                .copied()
+                .filter(|k| self.pinned.contains(k))
+                .collect()
+        };
+        for k in &gone {
+            self.pinned.remove(k);
+            self.note(
+                t,
+                Some(*k),
+                &self.current.show(*k),
+                "",
+                None,
+                None,
+                "released by the operator: the tuner may change it again".into(),
+                Outcome::Released,
+            );
+        }
+        if !gone.is_empty() && matches!(self.phase, Phase::Converged) {
+            self.phase = Phase::Baseline(vec![]);
+        }
+        gone
+    }
+
+    /// The daemon changed the map for a reason of its own (paths joined
+    /// or left): the settings are what the kernel shows now, and any
+    /// trial is over, unjudged.
+    pub fn reset_to(&mut self, now: Settings) {
+        self.current = now;
+        self.dropped = None;
+        self.phase = Phase::Baseline(vec![]);
+    }
+
     pub fn class(&self) -> Option<Class> {
         self.class
     }
@@ -262,7 +449,11 @@ impl Tuner {
     /// under test), converged (nothing left to try for this workload),
     /// advise, observe, paused.
     pub fn state(&self) -> String {
-        match (&self.phase, self.user_paused, self.mode) {
+        match (
+            &self.phase,
+            self.user_paused || self.held.is_some(),
+            self.mode,
+        ) {
             (_, true, _) => "paused".into(),
             (_, _, Mode::Observe) => "observe".into(),
             (Phase::Paused(_), _, _) => "paused".into(),
@@ -284,7 +475,9 @@ impl Tuner {
 
     /// The operator pauses or resumes tuning of this map.
     pub fn set_user_paused(&mut self, paused: bool, t: f64) {
-        if self.user_paused == paused {
+        // A resume also ends a stop for an outside change.
+        let held = !paused && self.held.take().is_some();
+        if self.user_paused == paused && !held {
             return;
         }
         self.user_paused = paused;
@@ -328,7 +521,7 @@ impl Tuner {
     /// Feeds one window; returns a change to apply, if any.
     pub fn on_window(&mut self, t: f64, w: &Window, h: &Health) -> Option<Action> {
         self.last_t = t;
-        if self.mode == Mode::Observe || self.user_paused {
+        if self.mode == Mode::Observe || self.user_paused || self.held.is_some() {
             return None;
         }
         if let Some(why) = self.unsafe_reason(t, h) {
@@ -515,6 +708,15 @@ impl Tuner {
                 .unwrap_or_default(),
             class.key()
         );
+        // Pinned knobs stay as the operator set them.
+        let best = best.map(|(mut s, mib)| {
+            for k in Knob::ALL {
+                if self.off_limits(k) {
+                    s = s.with(k, &self.current);
+                }
+            }
+            (s, mib)
+        });
         match (best, self.mode) {
             (Some((s, mib)), Mode::Tune) if s != self.current => {
                 let knob = self
@@ -736,6 +938,9 @@ impl Tuner {
             }
         }
         let key = class.key();
+        // A candidate may move more than its knob (weights bring
+        // service-time with them): none may move a knob that is off limits.
+        out.retain(|(_, s, _)| !cur.diff(s).into_iter().any(|k| self.off_limits(k)));
         out.retain(|(k, s, _)| {
             !self.dead.contains(k)
                 && self
@@ -946,7 +1151,13 @@ impl Tuner {
         error: &str,
     ) {
         self.current = readback;
-        self.dead.insert(knob);
+        // Most failures pass (a suspend cut short by its time limit, the
+        // map's lock held by an operator's command): the value may be
+        // tried again after retry_after, not never.
+        if let Some(c) = self.class {
+            self.tried
+                .insert((c.key(), knob, trial_value(knob, requested)), t);
+        }
         self.note(
             t,
             Some(knob),
@@ -954,7 +1165,10 @@ impl Tuner {
             &requested.show(knob),
             None,
             None,
-            format!("applying failed: {error}; not tried again on this map"),
+            format!(
+                "applying failed: {error}; not tried again for {:.0} s",
+                self.cfg.retry_after_s
+            ),
             Outcome::Ignored,
         );
         self.phase = Phase::Recovering(self.cfg.settle_windows);

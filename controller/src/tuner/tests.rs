@@ -543,3 +543,179 @@ fn a_path_holding_a_command_for_long_pauses_the_search() {
     r.steps(&mut p, 30, 64.0, 0.0, 1.0, &Health::default());
     assert!(!r.applied.is_empty(), "resumes once it completes");
 }
+
+#[test]
+fn a_pinned_knob_is_never_moved() {
+    // The operator chose round-robin on unequal paths: every trial that
+    // would move the selector is off, weights included (they bring
+    // service-time with them); knobs not pinned are still tuned.
+    let f = |s: &Settings| {
+        asym(s)
+            * match s.max_sectors_kb {
+                1280 => 1.0,
+                _ => 1.5,
+            }
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.tuner.set_pins([Knob::Selector].into());
+    r.steps(&mut p, 40, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    assert!(
+        r.applied
+            .iter()
+            .all(|(_, s)| s.selector == Selector::RoundRobin),
+        "{:?}\n{log:#?}",
+        r.applied
+    );
+    assert!(r.tuner.settings().max_sectors_kb < 1280, "{log:#?}");
+    // Released: the selector is the tuner's again.
+    assert_eq!(r.tuner.release(r.t, &[]), vec![Knob::Selector]);
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
+    assert_ne!(r.tuner.settings().selector, Selector::RoundRobin);
+    assert!(
+        r.tuner
+            .drain()
+            .iter()
+            .any(|d| d.outcome == Outcome::Released)
+    );
+}
+
+#[test]
+fn a_snap_back_leaves_pinned_knobs_alone() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
+    assert_eq!(r.tuner.settings().selector, Selector::ServiceTime);
+    // Another workload; the operator sets round-robin meanwhile.
+    r.steps(&mut p, 3, 1024.0, 1.0, 0.0, &Health::default());
+    let before = r.tuner.settings().clone();
+    let mut now = before.clone();
+    now.selector = Selector::RoundRobin;
+    now.weights.clear();
+    r.tuner.operator_set(
+        r.t,
+        &[Knob::Selector, Knob::Weights],
+        &before,
+        now,
+        "pathpilot reload",
+    );
+    r.applied.clear();
+    // The first workload returns: its best settings, but not the selector.
+    r.steps(&mut p, 10, 64.0, 0.0, 1.0, &Health::default());
+    assert!(
+        r.applied
+            .iter()
+            .all(|(_, s)| s.selector == Selector::RoundRobin && s.weights.is_empty()),
+        "{:?}",
+        r.applied
+    );
+    let log = r.tuner.drain();
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Operator && d.knob == Some(Knob::Selector)),
+        "{log:#?}"
+    );
+}
+
+#[test]
+fn fixed_groups_are_never_regrouped() {
+    // Small sequential writes would try fewer active paths: not on a map
+    // whose groups are not the tuner's.
+    let f = |s: &Settings| match (s.queue_depth, s.active_paths) {
+        (_, 1) => 9.0,
+        (1, _) => 6.4,
+        _ => 1.55,
+    };
+    let mut p = Plant::new(f, vec![1.0; 4]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.tuner.set_fixed_groups(true);
+    r.steps(&mut p, 60, 4.0, 0.95, 0.0, &Health::default());
+    assert!(
+        r.applied.iter().all(|(k, _)| *k != Knob::ActivePaths),
+        "{:?}",
+        r.applied
+    );
+    assert_eq!(r.tuner.settings().active_paths, 4);
+}
+
+#[test]
+fn an_outside_change_stops_tuning_until_resumed() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
+    assert!(!r.applied.is_empty(), "a trial is on");
+    let mut now = r.tuner.settings().clone();
+    now.selector = Selector::QueueLength;
+    r.tuner.outside_change(
+        r.t,
+        "table changed outside pathpilot: selector",
+        now.clone(),
+    );
+    assert_eq!(r.tuner.state(), "paused");
+    assert_eq!(r.tuner.settings(), &now);
+    r.applied.clear();
+    r.steps(&mut p, 20, 64.0, 0.0, 1.0, &Health::default());
+    assert!(r.applied.is_empty(), "nothing is changed, nothing undone");
+    let log = r.tuner.drain();
+    assert!(
+        log.iter().any(|d| d.outcome == Outcome::Outside),
+        "{log:#?}"
+    );
+    r.tuner.set_user_paused(false, r.t);
+    assert_ne!(r.tuner.state(), "paused");
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
+    assert!(!r.applied.is_empty());
+}
+
+#[test]
+fn a_change_that_failed_is_tried_again_later() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let cfg = Config {
+        retry_after_s: 100.0,
+        ..Default::default()
+    };
+    let sels = vec![Selector::RoundRobin, Selector::QueueLength];
+    let mut t = Tuner::new("mpatha", Mode::Tune, cfg, example(4), sels);
+    let mut now = 0.0;
+    let mut fails = 0;
+    let mut tries_after_fail = 0;
+    for _ in 0..60 {
+        now += 5.0;
+        let w = p.window(t.settings(), 64.0, 0.0, 1.0);
+        if let Some(a) = t.on_window(now, &w, &Health::default()) {
+            if now < 50.0 {
+                // The first attempts fail (a suspend cut short, say).
+                fails += 1;
+                let cur = t.settings().clone();
+                t.failed(now, a.knob, &a.to, cur, "suspend interrupted");
+            } else {
+                if fails > 0 && a.to.selector == Selector::QueueLength {
+                    tries_after_fail += 1;
+                }
+                t.applied(now, a.knob, &a.to, a.to.clone(), Some(10.0));
+            }
+        }
+    }
+    assert!(fails >= 1);
+    assert!(tries_after_fail >= 1, "{:#?}", t.drain());
+    assert_eq!(t.settings().selector, Selector::QueueLength);
+}
+
+#[test]
+fn new_settings_apply_to_a_running_tuner() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let cfg = Config {
+        windows: 10,
+        ..Default::default()
+    };
+    r.tuner.set_config(cfg.clone());
+    assert_eq!(r.tuner.config(), &cfg);
+    // Ten windows of baseline before the first trial, not three (after
+    // the first window, which finds the workload's class).
+    r.steps(&mut p, 10, 64.0, 0.0, 1.0, &Health::default());
+    assert!(r.applied.is_empty());
+    r.steps(&mut p, 1, 64.0, 0.0, 1.0, &Health::default());
+    assert_eq!(r.applied.len(), 1);
+}

@@ -48,7 +48,8 @@ const MODULES: &[(&str, bool)] = &[
 ];
 
 /// Host binaries copied into the base layer with their library closure.
-const BINARIES: &[&str] = &["dmsetup", "fio", "multipath"];
+/// (flock: tests hold a map's lock file as another writer would.)
+const BINARIES: &[&str] = &["dmsetup", "fio", "multipath", "flock"];
 
 /// The guest `/init` (busybox sh): boot setup plus the command agent.
 pub const INIT: &str = include_str!("init.sh");
@@ -357,11 +358,22 @@ fn stamp(p: &Path) -> Option<String> {
 /// it was made from, with their size and mtime. Re-checking those stats is
 /// enough to reuse the layer, and skips running ldd and modprobe on ~50
 /// files at every boot (about a second).
+/// What the base layer is made of, as this build of xtask says: a layer
+/// made from another recipe (a binary or module added) is not reused.
+fn recipe() -> String {
+    let mods: Vec<String> = MODULES.iter().map(|(m, r)| format!("{m}:{r}")).collect();
+    Key::new()
+        .with("base-v1")
+        .with(BINARIES.join(","))
+        .with(mods.join(","))
+        .hex()
+}
+
 fn quick_base(dir: &Path, release: &str) -> Option<(PathBuf, String)> {
     let m = fs::read_to_string(dir.join("base.manifest")).ok()?;
     let mut lines = m.lines();
-    let (key, rel) = lines.next()?.split_once(' ')?;
-    if rel != release {
+    let (key, rest) = lines.next()?.split_once(' ')?;
+    if rest != format!("{release} {}", recipe()) {
         return None;
     }
     for l in lines {
@@ -375,7 +387,7 @@ fn quick_base(dir: &Path, release: &str) -> Option<(PathBuf, String)> {
 }
 
 fn write_manifest(dir: &Path, key: &str, release: &str, hosts: &[&Path]) -> Result<()> {
-    let mut m = format!("{key} {release}\n");
+    let mut m = format!("{key} {release} {}\n", recipe());
     for h in hosts {
         m.push_str(&format!(
             "{} {}\n",

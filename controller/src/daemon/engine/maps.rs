@@ -1,0 +1,559 @@
+//! The maps' life in the engine: found at start (adopted, repaired only
+//! where pathpilot's own reload was cut short), created, paths joining and
+//! leaving, the kernel's status followed, and changes made by others
+//! noticed.
+use std::{
+    collections::{BTreeSet, HashSet},
+    time::Instant,
+};
+
+use anyhow::Result;
+
+use super::{Engine, MapEntry, PathEntry, WHO, available_selectors, note_status, say};
+use crate::{
+    blockdev::{BlockDev, DevNum},
+    daemon::{
+        actuator,
+        policy::{
+            hotplug,
+            no_path_retry::NoPathRetry,
+            outside,
+            repair::{self, Repair},
+            sync,
+        },
+    },
+    discovery::{self, naming},
+    lock::MapLock,
+    mpath::{Feature, MultipathTable, Selector},
+    tuner::Tuner,
+};
+
+/// How long the start waits for another writer to finish with a map.
+const START_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Engine {
+    /// Every multipath map already present: ours from a previous run and
+    /// adopted WWIDs are managed as they are (no reload); others observed.
+    pub(super) fn adopt_existing(&mut self) -> Result<()> {
+        for m in self.dm.list()? {
+            let Ok(table) = self.dm.multipath_table(&m.name) else {
+                continue; // not a multipath target
+            };
+            let mut info = self.dm.info(&m.name)?;
+            let wwid = info
+                .uuid
+                .as_deref()
+                .and_then(|u| u.strip_prefix("mpath-"))
+                .unwrap_or("")
+                .to_string();
+            let ours = self.state.maps.get(&m.name) == Some(&wwid) && !wwid.is_empty();
+            let adopt = !wwid.is_empty() && self.cfg.maps.adopt.contains(&wwid);
+            let (managed, reason) = match (&self.multipathd, ours, adopt) {
+                (Some(md), _, _) => (
+                    false,
+                    Some(format!("multipathd is running ({md}) and may own it")),
+                ),
+                (None, true, _) => (true, None),
+                (None, false, true) => (true, None),
+                (None, false, false) => (
+                    false,
+                    Some(format!(
+                        "made by another tool: add \"{}\" to maps.adopt to manage it",
+                        if wwid.is_empty() { "<its WWID>" } else { &wwid }
+                    )),
+                ),
+            };
+            say!(
+                "found map {} ({}): {}",
+                m.name,
+                if wwid.is_empty() { "no WWID" } else { &wwid },
+                if managed {
+                    if ours {
+                        "ours from a previous run, adopted as it is"
+                    } else {
+                        "adopted (maps.adopt)"
+                    }
+                } else {
+                    "observed only"
+                }
+            );
+            if self.multipathd.is_none() {
+                let mut lock = self.locks.map(&m.name, WHO, START_LOCK_WAIT)?;
+                if self.repair(&mut lock, &info) {
+                    info = self.dm.info(&m.name)?;
+                }
+            }
+            let table = self.dm.multipath_table(&m.name).unwrap_or(table);
+            // An adopted map's groups are its own; a map of ours is ours
+            // to regroup.
+            let fixed = !ours && table.groups.len() > 1;
+            self.add_map(
+                m.name.clone(),
+                wwid,
+                info.dev,
+                managed,
+                reason,
+                table,
+                fixed,
+            )?;
+            if info.suspended
+                && let Some(e) = self.maps.last_mut()
+            {
+                e.suspended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A map found suspended or holding an inactive table: undone only if
+    /// the lock file's journal says a reload of pathpilot's was cut short
+    /// there (see [`repair::decide`]). Returns whether it changed the map.
+    fn repair(&self, lock: &mut MapLock, info: &crate::dm::MapInfo) -> bool {
+        let map = &info.name;
+        let interrupted = lock.interrupted().cloned();
+        match repair::decide(info.suspended, info.inactive_table, interrupted.is_some()) {
+            Repair::Nothing => {
+                if interrupted.is_some() {
+                    let _ = lock.repaired();
+                }
+                false
+            }
+            Repair::Leave(why) => {
+                say!("{map}: {why}");
+                false
+            }
+            Repair::Undo { .. } if self.hands_off() => {
+                say!(
+                    "{map}: left {} by an interrupted reload; observe mode leaves it so",
+                    if info.suspended {
+                        "suspended"
+                    } else {
+                        "with an inactive table"
+                    }
+                );
+                false
+            }
+            Repair::Undo {
+                drop_inactive,
+                resume,
+            } => {
+                let by = interrupted.map(|i| i.by.to_string()).unwrap_or_default();
+                if drop_inactive {
+                    match self.dm.clear_inactive(map) {
+                        Ok(()) => say!(
+                            "{map}: dropped an inactive table left by an interrupted reload ({by})"
+                        ),
+                        Err(e) => say!("{map}: cannot drop its inactive table: {e}"),
+                    }
+                }
+                if resume {
+                    match self.dm.resume(map) {
+                        Ok(()) => say!(
+                            "{map}: was left suspended by an interrupted reload ({by}): resumed with its live table"
+                        ),
+                        Err(e) => say!("{map}: is suspended and cannot be resumed: {e}"),
+                    }
+                }
+                let _ = lock.repaired();
+                true
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add_map(
+        &mut self,
+        name: String,
+        wwid: String,
+        dev: DevNum,
+        managed: bool,
+        unmanaged_reason: Option<String>,
+        table: MultipathTable,
+        fixed_groups: bool,
+    ) -> Result<()> {
+        let operator = self.state.operator(&name);
+        let admin_failed = operator.failed();
+        let mut paths = vec![];
+        for (gi, g) in table.groups.iter().enumerate() {
+            for p in &g.paths {
+                let pname = BlockDev::from_dev(p.dev)
+                    .map(|b| b.name)
+                    .unwrap_or_else(|| p.dev.to_string());
+                paths.push(PathEntry::new(
+                    pname,
+                    p.dev,
+                    gi + 1,
+                    admin_failed.contains(&p.dev),
+                ));
+            }
+        }
+        paths.sort_by(|a, b| discovery::disk_order(&a.name, &b.name));
+        let vendor_model = paths
+            .first()
+            .and_then(|p| discovery::PathDevice::read(&p.name))
+            .map(|d| format!("{},{}", d.vendor, d.model))
+            .unwrap_or_default();
+        for p in &paths {
+            self.obs.watch(p.dev)?;
+            if managed {
+                self.checkers.add(&p.name);
+            }
+        }
+        self.obs.watch(dev)?;
+        let kernel_name = format!("dm-{}", dev.minor);
+        let queue_if_no_path = table.has_feature("queue_if_no_path");
+        // A map of ours found without queueing was switched off by
+        // no_path_retry before a restart: it is still meant to queue.
+        let wants_queue = queue_if_no_path
+            || (managed
+                && self.cfg.maps.queue_if_no_path
+                && self.state.maps.get(&name) == Some(&wwid));
+        let mut entry = MapEntry {
+            name,
+            wwid,
+            dev,
+            kernel_name,
+            vendor_model,
+            managed,
+            unmanaged_reason,
+            expected: managed.then(|| table.clone()),
+            table: Some(table),
+            fixed_groups,
+            suspended: false,
+            queue_if_no_path,
+            wants_queue,
+            no_path_retry: NoPathRetry::new(wants_queue && !queue_if_no_path),
+            paths,
+            tuner: None,
+            last_path_change: None,
+            last_event: 0,
+            rates: Default::default(),
+            path_rates: Default::default(),
+            totals: Default::default(),
+            cgroups: vec![],
+            class: None,
+        };
+        if managed {
+            let tp = entry.tuned_paths();
+            let settings = actuator::read_settings(&self.dm, &entry.target(&tp))
+                .map_err(|e| anyhow::anyhow!("reading {}'s settings: {e:#}", entry.name))?;
+            let mut tuner = Tuner::new(
+                &entry.name,
+                self.cfg.mode,
+                self.cfg.tuner(),
+                settings,
+                available_selectors(),
+            );
+            tuner.set_pins(operator.pins.keys().copied().collect());
+            tuner.set_fixed_groups(fixed_groups);
+            entry.tuner = Some(tuner);
+        }
+        let name = entry.name.clone();
+        self.maps.push(entry);
+        // The paths an operator failed stay failed, whatever happened
+        // while no daemon ran.
+        let mi = self.maps.len() - 1;
+        if managed && !admin_failed.is_empty() && !self.hands_off() {
+            let held = self.held(&self.maps[mi]);
+            match sync::sync(&self.dm, &name, &held) {
+                Ok(s) => {
+                    for (d, why) in s.refailed {
+                        say!("{name}: {d} failed again at start ({})", why.word());
+                    }
+                    note_status(&mut self.maps[mi], &s.status, Instant::now());
+                }
+                Err(e) => say!("{name}: cannot fail the operator's failed paths: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a map for every LUN with enough paths and no map yet.
+    pub(super) fn create_missing(&mut self) -> Result<()> {
+        if self.multipathd.is_some() {
+            return Ok(());
+        }
+        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+        let scan = discovery::scan(&filter);
+        let held: HashSet<DevNum> = self
+            .maps
+            .iter()
+            .flat_map(|m| m.paths.iter().map(|p| p.dev))
+            .collect();
+        for lun in scan.luns {
+            if self.maps.iter().any(|m| m.wwid == lun.wwid) {
+                continue;
+            }
+            let free: Vec<&discovery::PathDevice> = lun
+                .paths
+                .iter()
+                .filter(|p| p.holders.is_empty() && !held.contains(&p.dev))
+                .collect();
+            if free.len() < self.cfg.maps.min_paths {
+                continue;
+            }
+            let in_use: HashSet<String> = self.dm.list()?.into_iter().map(|m| m.name).collect();
+            let mut bindings: Vec<(String, String)> = self
+                .cfg
+                .maps
+                .aliases
+                .iter()
+                .map(|(w, a)| (a.clone(), w.clone()))
+                .collect();
+            bindings.extend(naming::system_bindings());
+            let name = naming::pick(&lun.wwid, &in_use, &bindings);
+            let devs: Vec<DevNum> = free.iter().map(|p| p.dev).collect();
+            let selector = Selector::from_name(&self.cfg.maps.selector);
+            let mut table = MultipathTable::new(free[0].size_sectors, &devs, selector)?;
+            if self.cfg.maps.queue_if_no_path {
+                table.features.push(Feature::QueueIfNoPath);
+            }
+            match self
+                .dm
+                .create(&name, &format!("mpath-{}", lun.wwid), &table)
+            {
+                Ok(info) => {
+                    say!(
+                        "created {name} ({}) over {} paths: {}",
+                        lun.wwid,
+                        devs.len(),
+                        free.iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                    self.state.maps.insert(name.clone(), lun.wwid.clone());
+                    // An operator state of a map of that name is of another
+                    // map, gone since.
+                    self.state.operator.remove(&name);
+                    self.save_state();
+                    let applied = self.dm.multipath_table(&name)?;
+                    self.add_map(name, lun.wwid.clone(), info.dev, true, None, applied, false)?;
+                }
+                Err(e) => say!("cannot create a map for {}: {e}", lun.wwid),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes map `mi`'s path list follow `table` (what the kernel holds
+    /// now): paths that joined are watched and checked, paths that left
+    /// are forgotten. Operator-failed marks of paths that left go too.
+    pub(super) fn follow_table(&mut self, mi: usize, table: MultipathTable) -> Result<()> {
+        let devs: BTreeSet<DevNum> = table.paths().map(|p| p.dev).collect();
+        let managed = self.maps[mi].managed;
+        let name = self.maps[mi].name.clone();
+        let mut gone = vec![];
+        self.maps[mi].paths.retain(|p| {
+            let keep = devs.contains(&p.dev);
+            if !keep {
+                gone.push((p.name.clone(), p.dev));
+            }
+            keep
+        });
+        for (pname, dev) in &gone {
+            self.checkers.remove(pname);
+            let _ = self.obs.unwatch(*dev);
+        }
+        let known: HashSet<DevNum> = self.maps[mi].paths.iter().map(|p| p.dev).collect();
+        let mut added = vec![];
+        for (gi, g) in table.groups.iter().enumerate() {
+            for p in &g.paths {
+                if known.contains(&p.dev) {
+                    continue;
+                }
+                let pname = BlockDev::from_dev(p.dev)
+                    .map(|b| b.name)
+                    .unwrap_or_else(|| p.dev.to_string());
+                self.obs.watch(p.dev)?;
+                if managed {
+                    self.checkers.add(&pname);
+                }
+                added.push(PathEntry::new(pname, p.dev, gi + 1, false));
+            }
+        }
+        let m = &mut self.maps[mi];
+        let changed = !gone.is_empty() || !added.is_empty();
+        m.paths.extend(added);
+        m.paths
+            .sort_by(|a, b| discovery::disk_order(&a.name, &b.name));
+        for p in &mut m.paths {
+            p.group = table.group_of(p.dev).unwrap_or(p.group);
+        }
+        m.queue_if_no_path = table.has_feature("queue_if_no_path");
+        m.table = Some(table);
+        if changed {
+            m.last_path_change = Some(Instant::now());
+            let mut o = self.state.operator(&name);
+            let before = o.clone();
+            for (_, dev) in &gone {
+                o.set_failed(*dev, false);
+            }
+            if o != before {
+                self.state.set_operator(&name, o);
+                self.save_state();
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads every map's table and status: path states from the kernel,
+    /// and a table someone else loaded.
+    pub(super) fn refresh_status(&mut self) {
+        let now = Instant::now();
+        let t = self.t();
+        for mi in 0..self.maps.len() {
+            let name = self.maps[mi].name.clone();
+            let Ok(info) = self.dm.info(&name) else {
+                continue;
+            };
+            self.maps[mi].suspended = info.suspended;
+            self.maps[mi].last_event = info.event_nr;
+            if let Ok(live) = self.dm.multipath_table(&name) {
+                self.check_table(mi, live, t);
+            }
+            let Ok(st) = self.dm.multipath_status(&name) else {
+                continue;
+            };
+            note_status(&mut self.maps[mi], &st, now);
+        }
+    }
+
+    /// A live table that is not the one pathpilot left: someone else
+    /// loaded it. It is the map's table from now on; tuning stops until an
+    /// operator resumes it.
+    pub(super) fn check_table(&mut self, mi: usize, live: MultipathTable, t: f64) {
+        let m = &self.maps[mi];
+        let change = m
+            .expected
+            .as_ref()
+            .and_then(|e| outside::table_change(e, &live));
+        let Some(what) = change else {
+            if let Err(e) = self.follow_table(mi, live) {
+                say!("{}: {e:#}", self.maps[mi].name);
+            }
+            return;
+        };
+        let name = m.name.clone();
+        let why = format!("table changed outside pathpilot: {what}");
+        say!("{name}: {why}");
+        self.maps[mi].expected = Some(live.clone());
+        if let Err(e) = self.follow_table(mi, live) {
+            say!("{name}: {e:#}");
+        }
+        let now = self.read_settings(mi);
+        if let (Some(tu), Ok(now)) = (self.maps[mi].tuner.as_mut(), now) {
+            tu.outside_change(t, &why, now);
+        }
+        self.drain_tuner(mi);
+    }
+
+    /// Paths that appeared or vanished: a new path of a managed map's LUN
+    /// joins it by a reload; a vanished one leaves (never the last one:
+    /// the map keeps it, failed, until a path returns).
+    pub(super) fn rescan(&mut self) -> Result<()> {
+        if self.hands_off() {
+            return Ok(());
+        }
+        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+        let scan = discovery::scan(&filter);
+        for mi in 0..self.maps.len() {
+            if !self.maps[mi].managed {
+                continue;
+            }
+            let wwid = self.maps[mi].wwid.clone();
+            let present: Vec<discovery::PathDevice> =
+                scan.lun(&wwid).map(|l| l.paths.clone()).unwrap_or_default();
+            let known: HashSet<DevNum> = self.maps[mi].paths.iter().map(|p| p.dev).collect();
+            let new: Vec<(String, DevNum)> = present
+                .iter()
+                .filter(|p| !known.contains(&p.dev) && p.holders.is_empty())
+                .map(|p| (p.name.clone(), p.dev))
+                .collect();
+            let gone: Vec<DevNum> = self.maps[mi]
+                .paths
+                .iter()
+                .filter(|p| !p.dev.sysfs().exists())
+                .map(|p| p.dev)
+                .collect();
+            if new.is_empty() && gone.is_empty() {
+                continue;
+            }
+            let name = self.maps[mi].name.clone();
+            let Ok(table) = self.dm.multipath_table(&name) else {
+                continue;
+            };
+            // New paths of a map with fixed groups wait in its last group
+            // (they carry I/O only once the others fail); of ours, they
+            // join the first.
+            let join = if self.maps[mi].fixed_groups {
+                usize::MAX
+            } else {
+                0
+            };
+            let Some(plan) = hotplug::plan(&table, &gone, &new, join) else {
+                continue;
+            };
+            let mut lock = match self.lock(&name) {
+                Ok(l) => l,
+                Err(e) => {
+                    say!("{name}: paths changed, the map's update waits: {e:#}");
+                    continue;
+                }
+            };
+            match self.reload_locked(&mut lock, mi, &plan.table) {
+                Ok(r) => {
+                    say!(
+                        "{name}: paths {}{} (reload stalled I/O {:.1} ms)",
+                        plan.added
+                            .iter()
+                            .map(|(n, _)| format!("+{n} "))
+                            .collect::<String>(),
+                        plan.dropped
+                            .iter()
+                            .map(|d| format!("-{d} "))
+                            .collect::<String>(),
+                        r.timing.stall.as_secs_f64() * 1000.0
+                    );
+                    // The new table reset the dm queue's limits: the pinned
+                    // knobs go back as the operator set them, and the tuner
+                    // starts again from what the kernel holds.
+                    self.restore_pins(mi);
+                    let now = self.read_settings(mi);
+                    if let (Some(tu), Ok(now)) = (self.maps[mi].tuner.as_mut(), now) {
+                        tu.reset_to(now);
+                    }
+                }
+                Err(e) => say!("{name}: cannot update paths: {e:#}"),
+            }
+        }
+        if self.cfg.maps.create {
+            self.create_missing()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the operator's pinned queue knobs again (after a reload,
+    /// which resets the dm queue's limits).
+    pub(super) fn restore_pins(&mut self, mi: usize) {
+        let name = self.maps[mi].name.clone();
+        let pins = self.state.operator(&name).pins;
+        if pins.is_empty() {
+            return;
+        }
+        let paths = self.maps[mi].tuned_paths();
+        let target = self.maps[mi].target(&paths);
+        let Ok(now) = actuator::read_settings(&self.dm, &target) else {
+            return;
+        };
+        let mut want = now.clone();
+        for (k, v) in &pins {
+            if let Err(e) = actuator::set_from_text(&mut want, *k, v) {
+                say!("{name}: pinned {} = {v}: {e}", k.name());
+            }
+        }
+        if let Err(e) = actuator::write_queue_knobs(&target, &now, &want) {
+            say!("{name}: cannot restore the pinned knobs: {e:#}");
+        }
+    }
+}

@@ -1,0 +1,1043 @@
+//! The daemon's engine: one thread that owns the maps, the observer, the
+//! checkers and the tuners. It wakes on dm events, checker reports and
+//! control requests, and every window it measures, tunes and publishes.
+//!
+//! Order of authority, as in multipathd: the kernel's table and status are
+//! the truth (read back after every change); the operator's decisions
+//! (paths failed by hand, knobs pinned) outrank the daemon's own; the
+//! checker decides whether a path is usable; the tuner only acts on a
+//! healthy map. The rules themselves live in [`super::policy`] and the
+//! tuner; this module is the loop that feeds them and carries them out.
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{self, Receiver, RecvTimeoutError},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result};
+
+use super::{
+    actuator::{self, Target},
+    checker::{Checkers, Verdict},
+    config::Config,
+    policy::{
+        no_path_retry::NoPathRetry,
+        outside,
+        sync::{self, Hold},
+    },
+    shared::{Change, Shared},
+    state::State,
+    status::{DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, Totals},
+};
+use crate::{
+    blockdev::DevNum,
+    dm::{self, Dm, Message, multipathd},
+    lock::{Locks, MapLock},
+    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector},
+    observer::{DeviceInterval, Observer, Scope, Snapshot},
+    tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
+};
+
+mod maps;
+mod operator;
+
+pub use super::state::STATE_FILE;
+
+/// A command outstanding on a path this long (seconds) holds the tuner
+/// back: a reload's suspend would wait for it, and for ever on a path that
+/// has hung but is not failed yet.
+const STALLED_S: f64 = 1.0;
+
+/// How long the engine waits for another writer (an operator's command)
+/// to finish with a map before it gives up on a change for now.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Who the daemon is, in lock files.
+const WHO: &str = "pathpilot daemon";
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Daemon log line (stderr: the journal under systemd).
+macro_rules! say {
+    ($($a:tt)*) => { eprintln!("pathpilot: {}", format!($($a)*)) };
+}
+pub(crate) use say;
+
+struct PathEntry {
+    name: String,
+    dev: DevNum,
+    hctl: String,
+    /// The kernel's last word on it (from the map status).
+    dm_failed: bool,
+    /// When we saw the kernel fail it: only a check started after that
+    /// may reinstate it.
+    failed_at: Option<Instant>,
+    /// Failed by an operator: stays failed, whatever the checker says and
+    /// across reloads and restarts, until an operator reinstates it.
+    admin_failed: bool,
+    fail_count: u32,
+    group: usize,
+    totals: Totals,
+}
+
+impl PathEntry {
+    fn new(name: String, dev: DevNum, group: usize, admin_failed: bool) -> Self {
+        PathEntry {
+            hctl: crate::blockdev::hctl(dev),
+            name,
+            dev,
+            dm_failed: false,
+            failed_at: None,
+            admin_failed,
+            fail_count: 0,
+            group,
+            totals: Totals::default(),
+        }
+    }
+}
+
+struct MapEntry {
+    name: String,
+    wwid: String,
+    dev: DevNum,
+    kernel_name: String,
+    vendor_model: String,
+    managed: bool,
+    unmanaged_reason: Option<String>,
+    /// The live table as last read.
+    table: Option<MultipathTable>,
+    /// The table pathpilot last left on the map (read back after each of
+    /// its own changes): a live table that differs was changed by someone
+    /// else. Managed maps only.
+    expected: Option<MultipathTable>,
+    /// The path groups are not the tuner's (an adopted map's own groups):
+    /// it tunes the first group and never regroups.
+    fixed_groups: bool,
+    suspended: bool,
+    /// The live table's queue_if_no_path (what the kernel does now).
+    queue_if_no_path: bool,
+    /// Whether the map is meant to queue with no path (its table had
+    /// queue_if_no_path when it was found or made).
+    wants_queue: bool,
+    no_path_retry: NoPathRetry,
+    paths: Vec<PathEntry>,
+    tuner: Option<Tuner>,
+    last_path_change: Option<Instant>,
+    last_event: u32,
+    rates: Rates,
+    path_rates: HashMap<DevNum, (Rates, f64)>,
+    totals: Totals,
+    cgroups: Vec<(u64, u64)>,
+    class: Option<String>,
+}
+
+impl MapEntry {
+    /// The paths the tuner works on, in its order: every path, or the
+    /// first group's when the groups are fixed.
+    fn tuned_paths(&self) -> Vec<(String, DevNum)> {
+        let first: Option<Vec<DevNum>> = self
+            .fixed_groups
+            .then_some(self.table.as_ref())
+            .flatten()
+            .and_then(|t| t.groups.first())
+            .map(|g| g.paths.iter().map(|p| p.dev).collect());
+        self.paths
+            .iter()
+            .filter(|p| first.as_ref().is_none_or(|f| f.contains(&p.dev)))
+            .map(|p| (p.name.clone(), p.dev))
+            .collect()
+    }
+
+    fn target<'a>(&'a self, paths: &'a [(String, DevNum)]) -> Target<'a> {
+        Target {
+            map: &self.name,
+            kernel_name: &self.kernel_name,
+            paths,
+            fixed_groups: self.fixed_groups,
+        }
+    }
+}
+
+/// The selectors the tuner may try: those the kernel can load.
+fn available_selectors() -> Vec<Selector> {
+    [
+        Selector::ServiceTime,
+        Selector::QueueLength,
+        Selector::RoundRobin,
+    ]
+    .into_iter()
+    .filter(|s| dm::selector_available(s.name()))
+    .collect()
+}
+
+pub struct Engine {
+    cfg: Config,
+    config_path: String,
+    dm: Dm,
+    obs: Observer,
+    checkers: Checkers,
+    maps: Vec<MapEntry>,
+    state_path: PathBuf,
+    state: State,
+    locks: Locks,
+    shared: Shared,
+    prev: Snapshot,
+    t0: Instant,
+    started_unix: f64,
+    next_seq: u64,
+    decisions: Vec<LoggedDecision>,
+    decision_counts: BTreeMap<String, u64>,
+    multipathd: Option<String>,
+    stop: Arc<AtomicBool>,
+    reload_config: Arc<AtomicBool>,
+}
+
+fn totals_add(t: &mut Totals, i: &DeviceInterval) {
+    t.read_ios += i.read_ios;
+    t.write_ios += i.write_ios;
+    t.read_bytes += i.read_bytes;
+    t.write_bytes += i.write_bytes;
+    t.errors += i.errors;
+    t.merges += i.merges;
+    let add = |acc: &mut Vec<(u64, u64)>, h: &BTreeMap<u64, u64>| {
+        let mut m: BTreeMap<u64, u64> = acc.iter().copied().collect();
+        for (k, v) in h {
+            *m.entry(*k).or_default() += v;
+        }
+        *acc = m.into_iter().collect();
+    };
+    add(&mut t.size_hist, &i.size_hist);
+    add(&mut t.lat_hist, &i.lat_hist);
+    t.lat_sum_ns += i
+        .lat_mean_us
+        .map(|m| (m * 1000.0 * i.lat_samples as f64) as u64)
+        .unwrap_or(0);
+}
+
+fn rates_of(i: &DeviceInterval) -> Rates {
+    let n = i.sequential_ios + i.random_ios;
+    Rates {
+        interval_s: i.interval_s,
+        iops: i.iops,
+        read_mib_s: i.read_mib_s,
+        write_mib_s: i.write_mib_s,
+        avg_request_kib: (i.avg_request_bytes / 1024.0 * 10.0).round() / 10.0,
+        merge_pct: i.merge_pct,
+        lat_p50_us: i.lat_p50_us,
+        lat_p99_us: i.lat_p99_us,
+        inflight: i.inflight,
+        inflight_max: i.inflight_max,
+        util_pct: i.util_pct,
+        seq_pct: (n > 0).then(|| (i.sequential_ios as f64 / n as f64 * 1000.0).round() / 10.0),
+    }
+}
+
+/// A map's path states from its status: records what the kernel changed.
+/// Returns whether any path changed state.
+fn note_status(m: &mut MapEntry, st: &MultipathStatus, now: Instant) -> bool {
+    let mut changed = false;
+    for p in &mut m.paths {
+        if let Some(ps) = st.path(p.dev) {
+            let failed = ps.state == DmPathState::Failed;
+            if failed && !p.dm_failed {
+                p.failed_at = Some(now);
+            }
+            if failed != p.dm_failed {
+                say!(
+                    "{}: path {} is {} in the kernel (fail count {})",
+                    m.name,
+                    p.name,
+                    if failed { "failed" } else { "active" },
+                    ps.fail_count
+                );
+                changed = true;
+            }
+            p.dm_failed = failed;
+            p.fail_count = ps.fail_count;
+        }
+    }
+    if changed {
+        m.last_path_change = Some(now);
+    }
+    changed
+}
+
+impl Engine {
+    pub fn start(
+        cfg: Config,
+        config_path: String,
+        state: State,
+        shared: Shared,
+        stop: Arc<AtomicBool>,
+        reload_config: Arc<AtomicBool>,
+    ) -> Result<Self> {
+        let mut dm = Dm::open().context("device-mapper")?;
+        // A reload's suspend waits for the paths' in-flight I/O: past the
+        // checker's timeout a path is hung by the daemon's own measure, and
+        // waiting on would freeze the map and this thread with it.
+        dm.set_suspend_limit(Duration::from_secs_f64(cfg.checker.timeout_secs));
+        let obs = Observer::load(Scope::WatchList).context("cannot start the observer")?;
+        let checkers = Checkers::new(
+            Duration::from_secs_f64(cfg.checker.interval_secs),
+            Duration::from_secs_f64(cfg.checker.timeout_secs),
+        );
+        let mut obs = obs;
+        let prev = obs.snapshot()?;
+        let mut e = Engine {
+            cfg,
+            config_path,
+            dm,
+            obs,
+            checkers,
+            maps: vec![],
+            state_path: PathBuf::from(STATE_FILE),
+            state,
+            locks: Locks::system(),
+            shared,
+            prev,
+            t0: Instant::now(),
+            started_unix: unix_now(),
+            next_seq: 1,
+            decisions: vec![],
+            decision_counts: BTreeMap::new(),
+            multipathd: multipathd::running(),
+            stop,
+            reload_config,
+        };
+        if let Some(m) = &e.multipathd {
+            say!("multipathd is running ({m}): its maps are observed only, none adopted");
+        }
+        e.adopt_existing()?;
+        if e.cfg.maps.create && !e.hands_off() {
+            e.create_missing()?;
+        }
+        e.publish();
+        Ok(e)
+    }
+
+    /// observe mode changes nothing at all: no maps created, no paths
+    /// failed or reinstated, no reloads; it only reports.
+    fn hands_off(&self) -> bool {
+        self.cfg.mode == Mode::Observe
+    }
+
+    fn t(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn save_state(&self) {
+        if let Err(e) = self.state.save(&self.state_path) {
+            say!("{e}: the operator's decisions and the daemon's maps will not survive a restart");
+        }
+    }
+
+    /// The paths of a map that must carry no I/O, and why.
+    fn held(&self, m: &MapEntry) -> BTreeMap<DevNum, Hold> {
+        m.paths
+            .iter()
+            .filter_map(|p| {
+                let h = if p.admin_failed {
+                    Hold::Operator
+                } else if m.managed && self.checkers.verdict(&p.name).is_bad() {
+                    Hold::Checker
+                } else if p.dm_failed && !self.checkers.ready_since(&p.name, p.failed_at) {
+                    Hold::Kernel
+                } else {
+                    return None;
+                };
+                Some((p.dev, h))
+            })
+            .collect()
+    }
+
+    /// Map `mi`'s honoured knobs as the kernel holds them now.
+    fn read_settings(&self, mi: usize) -> Result<Settings> {
+        let paths = self.maps[mi].tuned_paths();
+        actuator::read_settings(&self.dm, &self.maps[mi].target(&paths))
+    }
+
+    /// Takes the map's lock for a change of the daemon's own.
+    fn lock(&self, map: &str) -> Result<MapLock> {
+        Ok(self.locks.map(map, WHO, LOCK_WAIT)?)
+    }
+
+    /// Reloads map `mi` with `table` under `lock`: journaled, then the
+    /// path states synced (held paths failed again), the table read back
+    /// and remembered as pathpilot's, the paths' list following the table.
+    fn reload_locked(
+        &mut self,
+        lock: &mut MapLock,
+        mi: usize,
+        table: &MultipathTable,
+    ) -> Result<sync::Reloaded> {
+        let held = self.held(&self.maps[mi]);
+        let name = self.maps[mi].name.clone();
+        let dm = &self.dm;
+        let r = lock.journaled(|| sync::reload(dm, &name, table, &held))??;
+        for (dev, why) in &r.synced.refailed {
+            say!(
+                "{name}: {dev} failed again after the reload ({})",
+                why.word()
+            );
+        }
+        for e in &r.synced.errors {
+            say!("{name}: after the reload: {e}");
+        }
+        self.maps[mi].expected = Some(r.table.clone());
+        self.follow_table(mi, r.table.clone())?;
+        note_status(&mut self.maps[mi], &r.synced.status, Instant::now());
+        Ok(r)
+    }
+
+    /// Sets `to`'s values of `knobs` on map `mi`, on top of what the
+    /// kernel holds now (only these knobs move: a knob someone else set
+    /// stays as they set it), under the map's lock. The table knobs go by
+    /// one reload; the queue knobs by sysfs, also those a reload reset.
+    /// Returns the settings read back and the reload's stall in ms.
+    fn apply_settings(
+        &mut self,
+        mi: usize,
+        knobs: &[Knob],
+        to: &Settings,
+    ) -> Result<(Settings, Option<f64>)> {
+        let name = self.maps[mi].name.clone();
+        let mut lock = self.lock(&name)?;
+        let paths = self.maps[mi].tuned_paths();
+        let live = self.read_settings(mi)?;
+        let want = knobs.iter().fold(live.clone(), |s, k| s.with(*k, to));
+        let mut stall = None;
+        if knobs.iter().any(|k| k.needs_reload()) {
+            let current = self.dm.multipath_table(&name)?;
+            let table = actuator::table_for(&current, &self.maps[mi].target(&paths), &want)?;
+            let r = self
+                .reload_locked(&mut lock, mi, &table)
+                .with_context(|| format!("reloading {name}"))?;
+            stall = Some(r.timing.stall.as_secs_f64() * 1000.0);
+        }
+        let target = self.maps[mi].target(&paths);
+        let now = actuator::read_settings(&self.dm, &target)?;
+        actuator::write_queue_knobs(&target, &now, &want)?;
+        Ok((actuator::read_settings(&self.dm, &target)?, stall))
+    }
+
+    /// Runs until stopped. `changes` carries control-socket requests.
+    pub fn run(mut self, changes: Receiver<Change>) -> Result<()> {
+        // One channel wakes the loop: dm events and control requests.
+        let (wake_tx, wake) = mpsc::channel::<Wake>();
+        {
+            let tx = wake_tx.clone();
+            std::thread::Builder::new()
+                .name("control".into())
+                .spawn(move || {
+                    while let Ok(c) = changes.recv() {
+                        if tx.send(Wake::Change(c)).is_err() {
+                            break;
+                        }
+                    }
+                })?;
+        }
+        spawn_event_watcher(wake_tx.clone(), self.stop.clone())?;
+        let tick = Duration::from_millis(200);
+        let mut next_window = Instant::now() + self.cfg.window();
+        let mut next_scan =
+            Instant::now() + Duration::from_secs_f64(self.cfg.checker.interval_secs);
+        while !self.stop.load(Ordering::SeqCst) {
+            match wake.recv_timeout(tick) {
+                Ok(Wake::Change(c)) => {
+                    let r = self.handle(c.request);
+                    let _ = c.reply.send(r);
+                    self.publish();
+                }
+                Ok(Wake::DmEvent) => {
+                    self.refresh_status();
+                    self.publish();
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if self.reload_config.swap(false, Ordering::SeqCst) {
+                self.reread_config();
+            }
+            let now = Instant::now();
+            self.run_checkers(now);
+            // Published at once: clients see the map stop (or resume)
+            // queueing when its I/O fails (or flows), not a window later.
+            if self.no_path_retry(now) {
+                self.publish();
+            }
+            if now >= next_scan {
+                next_scan = now + Duration::from_secs_f64(self.cfg.checker.interval_secs);
+                self.refresh_status();
+                if let Err(e) = self.rescan() {
+                    say!("rescan failed: {e:#}");
+                }
+            }
+            if now >= next_window {
+                next_window += self.cfg.window();
+                if next_window < now {
+                    next_window = now + self.cfg.window();
+                }
+                if let Err(e) = self.window() {
+                    say!("window failed: {e:#}");
+                }
+                self.publish();
+            }
+        }
+        say!("stopping: detaching the probes, leaving the maps as they are");
+        Ok(())
+    }
+
+    fn reread_config(&mut self) {
+        let path = std::path::Path::new(&self.config_path);
+        match Config::load(
+            path,
+            path != std::path::Path::new(super::config::DEFAULT_PATH),
+        ) {
+            Ok(c) => {
+                if c.socket != self.cfg.socket || c.metrics != self.cfg.metrics {
+                    say!("SIGHUP: socket and metrics addresses change only on restart");
+                }
+                self.checkers.set_timing(
+                    Duration::from_secs_f64(c.checker.interval_secs),
+                    Duration::from_secs_f64(c.checker.timeout_secs),
+                );
+                self.dm
+                    .set_suspend_limit(Duration::from_secs_f64(c.checker.timeout_secs));
+                for m in &mut self.maps {
+                    if let Some(t) = &mut m.tuner {
+                        t.set_mode(c.mode);
+                        t.set_config(c.tuner());
+                    }
+                }
+                say!(
+                    "SIGHUP: configuration {} re-read (mode {:?}; checker, tuner and map \
+                     settings apply from now on)",
+                    self.config_path,
+                    c.mode
+                );
+                self.cfg = c;
+            }
+            Err(e) => say!("SIGHUP: keeping the old configuration: {e}"),
+        }
+    }
+
+    /// Checker verdicts to dm messages: fail a path the checker finds bad,
+    /// reinstate one it finds good that the kernel holds failed (never one
+    /// an operator failed).
+    fn run_checkers(&mut self, now: Instant) {
+        let (maps, obs) = (&self.maps, &self.obs);
+        let mut oldest = |name: &str| {
+            let dev = maps
+                .iter()
+                .flat_map(|m| m.paths.iter())
+                .find(|p| p.name == name)?
+                .dev;
+            obs.oldest_inflight(dev)
+        };
+        let (changes, notes) = self.checkers.tick(now, &mut oldest);
+        for n in notes {
+            say!("checker: {n}");
+        }
+        for c in changes {
+            let Some((mi, pi)) = self.find_path(&c.path) else {
+                continue;
+            };
+            let m = &mut self.maps[mi];
+            // A first verdict is not a change of the path, only of what we
+            // know about it.
+            if c.from != Verdict::Unknown {
+                m.last_path_change = Some(now);
+            }
+            say!(
+                "{}: checker: path {} {} -> {}{}",
+                m.name,
+                c.path,
+                c.from.word(),
+                c.to.word(),
+                c.detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            );
+            if !m.managed || self.cfg.mode == Mode::Observe {
+                continue;
+            }
+            let dev = m.paths[pi].dev;
+            let msg = if c.to.is_bad() {
+                Message::FailPath(dev)
+            } else if c.to == Verdict::Ready
+                && m.paths[pi].dm_failed
+                && !m.paths[pi].admin_failed
+                && self.checkers.ready_since(&c.path, m.paths[pi].failed_at)
+            {
+                Message::ReinstatePath(dev)
+            } else {
+                continue;
+            };
+            match self.dm.message(&m.name, &msg) {
+                Ok(()) => say!("{}: sent {}", m.name, msg.render()),
+                Err(e) => say!("{}: {} failed: {e}", m.name, msg.render()),
+            }
+        }
+        // A path the kernel failed on its own (I/O error) that checks ready
+        // again is reinstated, as multipathd does.
+        if self.hands_off() {
+            return;
+        }
+        for m in &mut self.maps {
+            if !m.managed {
+                continue;
+            }
+            for p in &mut m.paths {
+                // A ready verdict from a check that started before the
+                // kernel failed the path is stale: reinstating on it made a
+                // pulled path ping-pong (fail, reinstate, fail, ...) until
+                // the next check.
+                if p.dm_failed
+                    && !p.admin_failed
+                    && self.checkers.ready_since(&p.name, p.failed_at)
+                    && self
+                        .dm
+                        .message(&m.name, &Message::ReinstatePath(p.dev))
+                        .is_ok()
+                {
+                    say!("{}: reinstated {} (checker ready)", m.name, p.name);
+                    p.dm_failed = false;
+                    m.last_path_change = Some(now);
+                }
+            }
+        }
+    }
+
+    /// maps.no_path_retry_secs, through [`NoPathRetry`]. Returns whether a
+    /// map's queueing changed.
+    fn no_path_retry(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        if self.hands_off() {
+            return changed;
+        }
+        let limit = self.cfg.maps.no_path_retry_secs;
+        let t = self.t0.elapsed().as_secs_f64();
+        let _ = now;
+        for m in &mut self.maps {
+            if !m.managed || !m.wants_queue {
+                continue;
+            }
+            let usable = m.paths.iter().any(|p| !p.dm_failed);
+            let waited = m.no_path_retry.waited(t);
+            let Some(msg) = m.no_path_retry.step(t, usable, limit) else {
+                continue;
+            };
+            match self.dm.message(&m.name, &msg) {
+                Ok(()) => {
+                    m.no_path_retry.sent(&msg);
+                    m.queue_if_no_path = msg == Message::QueueIfNoPath;
+                    changed = true;
+                    if msg == Message::QueueIfNoPath {
+                        say!("{}: a path is usable again: queue_if_no_path", m.name);
+                    } else {
+                        say!(
+                            "{}: no usable path for {waited:.1} s (maps.no_path_retry_secs = \
+                             {}): fail_if_no_path, queued I/O fails with EIO",
+                            m.name,
+                            limit.unwrap_or_default()
+                        );
+                    }
+                }
+                Err(e) => say!("{}: {} failed: {e}", m.name, msg.render()),
+            }
+        }
+        changed
+    }
+
+    fn find_path(&self, name_or_dev: &str) -> Option<(usize, usize)> {
+        for (mi, m) in self.maps.iter().enumerate() {
+            for (pi, p) in m.paths.iter().enumerate() {
+                if p.name == name_or_dev || p.dev.to_string() == name_or_dev {
+                    return Some((mi, pi));
+                }
+            }
+        }
+        None
+    }
+
+    /// One measurement window: figures per map and path, changes made
+    /// behind the daemon's back, then the tuners.
+    fn window(&mut self) -> Result<()> {
+        let cur = self.obs.snapshot()?;
+        let oldest = self.obs.oldest_inflight_all();
+        let t = self.t();
+        for mi in 0..self.maps.len() {
+            let m = &mut self.maps[mi];
+            let mi_int =
+                DeviceInterval::between_or_idle(m.dev, &m.kernel_name, None, &self.prev, &cur);
+            let pis: Vec<DeviceInterval> = m
+                .paths
+                .iter()
+                .map(|p| DeviceInterval::between_or_idle(p.dev, &p.name, None, &self.prev, &cur))
+                .collect();
+            totals_add(&mut m.totals, &mi_int);
+            m.rates = rates_of(&mi_int);
+            let total: u64 = pis.iter().map(|i| i.read_bytes + i.write_bytes).sum();
+            m.path_rates.clear();
+            for (p, i) in m.paths.iter_mut().zip(&pis) {
+                totals_add(&mut p.totals, i);
+                let share = if total > 0 {
+                    ((i.read_bytes + i.write_bytes) as f64 / total as f64 * 1000.0).round() / 10.0
+                } else {
+                    0.0
+                };
+                m.path_rates.insert(p.dev, (rates_of(i), share));
+            }
+            let mut cg: BTreeMap<u64, u64> = BTreeMap::new();
+            for ((d, id), s) in &cur.cgroups {
+                if *d == m.dev {
+                    let before = self.prev.cgroups.get(&(*d, *id)).map_or(0, |p| p.bytes);
+                    *cg.entry(*id).or_default() += s.bytes.saturating_sub(before);
+                }
+            }
+            m.cgroups = cg
+                .iter()
+                .filter(|(_, b)| **b > 0)
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            let bio_bytes: u64 = cg.values().sum();
+            // The tuner sees the paths it tunes.
+            let tuned = m.tuned_paths();
+            let tuned_pis: Vec<DeviceInterval> = m
+                .paths
+                .iter()
+                .zip(pis)
+                .filter(|(p, _)| tuned.iter().any(|(_, d)| *d == p.dev))
+                .map(|(_, i)| i)
+                .collect();
+            let w = Window::from_intervals(&mi_int, bio_bytes, &tuned_pis);
+            m.class = crate::tuner::Class::of(&w).map(|c| c.key());
+            if m.tuner.is_none() {
+                continue;
+            }
+            self.check_knobs(mi, t);
+            let m = &self.maps[mi];
+            let failed: Vec<String> = m
+                .paths
+                .iter()
+                .filter(|p| p.dm_failed || self.checkers.verdict(&p.name).is_bad())
+                .map(|p| p.name.clone())
+                .collect();
+            let stalled_paths = m
+                .paths
+                .iter()
+                .filter_map(|p| {
+                    let age = oldest.get(&p.dev)?.as_secs_f64();
+                    (age >= STALLED_S).then(|| (p.name.clone(), age))
+                })
+                .collect();
+            let health = Health {
+                queueing_without_paths: m.queue_if_no_path && failed.len() == m.paths.len(),
+                failed_paths: failed,
+                suspended: m.suspended,
+                last_path_change: m.last_path_change.map(|c| t - c.elapsed().as_secs_f64()),
+                stalled_paths,
+            };
+            let action = self.maps[mi]
+                .tuner
+                .as_mut()
+                .and_then(|tu| tu.on_window(t, &w, &health));
+            if let Some(a) = action {
+                let knobs = self.maps[mi]
+                    .tuner
+                    .as_ref()
+                    .map(|tu| tu.settings().diff(&a.to))
+                    .unwrap_or_default();
+                let r = self.apply_settings(mi, &knobs, &a.to);
+                let rb = self.read_settings(mi);
+                if let Some(tuner) = self.maps[mi].tuner.as_mut() {
+                    match r {
+                        Ok((rb, stall)) => tuner.applied(t, a.knob, &a.to, rb, stall),
+                        Err(e) => {
+                            let rb = rb.unwrap_or_else(|_| tuner.settings().clone());
+                            tuner.failed(t, a.knob, &a.to, rb, &format!("{e:#}"));
+                        }
+                    }
+                }
+            }
+            self.drain_tuner(mi);
+        }
+        self.prev = cur;
+        Ok(())
+    }
+
+    /// The queue knobs and table knobs of a managed map as the kernel holds
+    /// them, against what the tuner last read back: a difference is a
+    /// change someone else made (the daemon reads back after each of its
+    /// own), and tuning stops until an operator resumes it.
+    fn check_knobs(&mut self, mi: usize, t: f64) {
+        // A table loaded behind the daemon's back moves table knobs (and
+        // resets the queue limits): said as the table change it is.
+        if let Ok(live) = self.dm.multipath_table(&self.maps[mi].name)
+            && self.maps[mi].expected.as_ref().is_some_and(|e| *e != live)
+        {
+            self.check_table(mi, live, t);
+            return;
+        }
+        let Ok(live) = self.read_settings(mi) else {
+            return;
+        };
+        let m = &mut self.maps[mi];
+        let Some(tuner) = m.tuner.as_mut() else {
+            return;
+        };
+        let moved = outside::knob_change(tuner.settings(), &live);
+        if moved.is_empty() {
+            return;
+        }
+        let what: Vec<String> = moved
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {} -> {}",
+                    k.name(),
+                    tuner.settings().show(*k),
+                    live.show(*k)
+                )
+            })
+            .collect();
+        let why = format!("changed outside pathpilot: {}", what.join(", "));
+        say!("{}: {why}", m.name);
+        tuner.outside_change(t, &why, live);
+    }
+
+    fn drain_tuner(&mut self, mi: usize) {
+        let Some(tu) = self.maps[mi].tuner.as_mut() else {
+            return;
+        };
+        for d in tu.drain() {
+            Self::log_decision(
+                &mut self.decisions,
+                &mut self.decision_counts,
+                &mut self.next_seq,
+                d,
+            );
+        }
+    }
+
+    fn log_decision(
+        log: &mut Vec<LoggedDecision>,
+        counts: &mut BTreeMap<String, u64>,
+        seq: &mut u64,
+        d: Decision,
+    ) {
+        let outcome = d.outcome.word().to_string();
+        *counts.entry(outcome.clone()).or_default() += 1;
+        say!(
+            "{}: {} {}{} [{}] {}",
+            d.map,
+            d.knob.map(|k| k.name()).unwrap_or("tuner"),
+            if d.old.is_empty() && d.new.is_empty() {
+                String::new()
+            } else {
+                format!("{} -> {} ", d.old, d.new)
+            },
+            d.class
+                .as_deref()
+                .map(|c| format!("({c})"))
+                .unwrap_or_default(),
+            outcome,
+            d.reason
+        );
+        log.push(LoggedDecision {
+            seq: *seq,
+            unix: unix_now(),
+            decision: d,
+        });
+        *seq += 1;
+        if log.len() > LOG_KEEP {
+            let extra = log.len() - LOG_KEEP;
+            log.drain(..extra);
+        }
+    }
+
+    fn publish(&self) {
+        let maps = self
+            .maps
+            .iter()
+            .map(|m| {
+                let settings = m.tuner.as_ref().map(|t| t.settings().clone());
+                let weights: HashMap<DevNum, u32> = m
+                    .table
+                    .as_ref()
+                    .map(|t| {
+                        t.paths()
+                            .filter_map(|p| p.args.relative_throughput().map(|w| (p.dev, w)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let group_of: HashMap<DevNum, usize> = m
+                    .table
+                    .as_ref()
+                    .map(|t| {
+                        t.groups
+                            .iter()
+                            .enumerate()
+                            .flat_map(|(i, g)| g.paths.iter().map(move |p| (p.dev, i + 1)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let failed = m.paths.iter().filter(|p| p.dm_failed).count();
+                let state = if m.paths.is_empty() || failed == m.paths.len() {
+                    if m.queue_if_no_path {
+                        "queueing"
+                    } else {
+                        "no paths"
+                    }
+                } else if failed > 0 {
+                    "degraded"
+                } else {
+                    "ok"
+                };
+                MapState {
+                    name: m.name.clone(),
+                    wwid: m.wwid.clone(),
+                    dm_name: m.kernel_name.clone(),
+                    dev: m.dev.to_string(),
+                    vendor_model: m.vendor_model.clone(),
+                    size_sectors: m.table.as_ref().map_or(0, |t| t.length),
+                    managed: m.managed,
+                    unmanaged_reason: m.unmanaged_reason.clone(),
+                    selector: m
+                        .table
+                        .as_ref()
+                        .and_then(|t| t.groups.first())
+                        .map(|g| format!("{} {}", g.selector.name(), g.selector_args.len()))
+                        .unwrap_or_default(),
+                    features: m
+                        .table
+                        .as_ref()
+                        .map(dm::readback::features_string)
+                        .unwrap_or_default(),
+                    hwhandler: m
+                        .table
+                        .as_ref()
+                        .map(dm::readback::hwhandler_string)
+                        .unwrap_or_default(),
+                    state: state.into(),
+                    mode: m.tuner.as_ref().map(|t| t.mode()),
+                    tuner: m.tuner.as_ref().map_or("-".into(), |t| t.state()),
+                    paused: m.tuner.as_ref().is_some_and(|t| t.state() == "paused"),
+                    class: m.class.clone(),
+                    settings,
+                    pinned: m
+                        .tuner
+                        .as_ref()
+                        .map(|t| t.pinned().iter().map(|k| k.name().to_string()).collect())
+                        .unwrap_or_default(),
+                    outside_change: m.tuner.as_ref().and_then(|t| t.held().map(str::to_string)),
+                    rates: m.rates.clone(),
+                    totals: m.totals.clone(),
+                    cgroups: m.cgroups.clone(),
+                    paths: m
+                        .paths
+                        .iter()
+                        .map(|p| {
+                            let (rates, share) =
+                                m.path_rates.get(&p.dev).cloned().unwrap_or_default();
+                            PathState {
+                                name: p.name.clone(),
+                                dev: p.dev.to_string(),
+                                hctl: p.hctl.clone(),
+                                group: group_of.get(&p.dev).copied().unwrap_or(p.group),
+                                dm_state: if p.dm_failed { "failed" } else { "active" }.into(),
+                                fail_count: p.fail_count,
+                                checker: if m.managed {
+                                    self.checkers.verdict(&p.name).word().into()
+                                } else {
+                                    "-".into()
+                                },
+                                checker_ms: self.checkers.last_ms(&p.name),
+                                weight: weights.get(&p.dev).copied(),
+                                share_pct: share,
+                                rates,
+                                totals: p.totals.clone(),
+                                operator_failed: p.admin_failed,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        self.shared.publish(DaemonStatus {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            mode: Some(self.cfg.mode),
+            started_unix: self.started_unix,
+            config: self.config_path.clone(),
+            window_s: self.cfg.window_secs,
+            multipathd: self.multipathd.clone(),
+            maps,
+            decisions: self.decisions.clone(),
+            decision_counts: self
+                .decision_counts
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            bpf_watched: self.obs.watched().len(),
+            bpf_counted: self.prev.devices.len(),
+        });
+    }
+}
+
+enum Wake {
+    Change(Change),
+    DmEvent,
+}
+
+/// Wakes the engine on any dm event of any map (a path failed by the
+/// kernel, a table swapped), so kernel-detected failures and changes made
+/// by others are seen at once, not at the next scan.
+fn spawn_event_watcher(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) -> Result<()> {
+    let dm = Dm::open()?;
+    std::thread::Builder::new()
+        .name("dm-events".into())
+        .spawn(move || {
+            let mut last: HashMap<String, u32> = HashMap::new();
+            while !stop.load(Ordering::SeqCst) {
+                // Armed before the counters are read: an event after the
+                // read wakes the poll below.
+                if dm.arm_events().is_err() {
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+                let Ok(list) = dm.list() else {
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                };
+                let mut changed = false;
+                let mut now: HashMap<String, u32> = HashMap::new();
+                for m in &list {
+                    let ev = m.event_nr.unwrap_or(0);
+                    if last.get(&m.name).is_some_and(|old| *old != ev) {
+                        changed = true;
+                    }
+                    now.insert(m.name.clone(), ev);
+                }
+                // A map that appeared or went is a change too.
+                changed |= !last.is_empty() && now.len() != last.len();
+                last = now;
+                if changed && tx.send(Wake::DmEvent).is_err() {
+                    break;
+                }
+                let _ = dm.poll_events(Duration::from_secs(1));
+            }
+        })?;
+    Ok(())
+}
