@@ -7,6 +7,7 @@ fn main() {
     // are a separate crate and must trigger a rebuild too.
     println!("cargo:rerun-if-changed=../ebpf/common/src");
     println!("cargo:rerun-if-changed=../ebpf/common/Cargo.toml");
+    git_commit();
     ensure_bpf_linker();
     let pkg = aya_build::Package {
         name: "pathpilot-ebpf",
@@ -44,4 +45,26 @@ fn ensure_bpf_linker() {
         .expect("PATH entry with a separator");
     // SAFETY: build scripts are single-threaded at this point.
     unsafe { env::set_var("PATH", joined) };
+}
+
+/// The commit the binary is built from, for `--version` ("unknown" outside
+/// a git checkout, e.g. from a source tarball).
+fn git_commit() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    // Rebuilt when HEAD moves: HEAD itself, and the branch it names.
+    println!("cargo:rerun-if-changed={root}/.git/HEAD");
+    if let Ok(head) = std::fs::read_to_string(format!("{root}/.git/HEAD"))
+        && let Some(r) = head.trim().strip_prefix("ref: ")
+    {
+        println!("cargo:rerun-if-changed={root}/.git/{r}");
+    }
+    let commit = std::process::Command::new("git")
+        .args(["-C", root, "rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=PATHPILOT_GIT_COMMIT={commit}");
 }

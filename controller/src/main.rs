@@ -1,8 +1,9 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use pathpilot::cli::{
-    Cli, Command, create, ctl, daemon, exit_code, list, log, path, reload, remove, set, stat, top,
+    Cli, Command, create, ctl, daemon, exit_code, generate, list, log, long_version, path, reload,
+    remove, set, stat, top,
 };
 
 fn main() -> ExitCode {
@@ -11,7 +12,11 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::command()
+        .version(long_version())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => usage_error(e),
     };
@@ -27,6 +32,7 @@ fn main() -> ExitCode {
         Command::Daemon(a) => daemon::run(a),
         Command::Ctl(a) => ctl::run(a),
         Command::Log(a) => log::run(a),
+        Command::Generate(a) => generate::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

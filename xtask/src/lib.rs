@@ -1,5 +1,6 @@
 //! Build helpers, the VM testbed and the benchmarks. The testbed is a
 //! library so the integration tests in `tests/` drive the same code as
 //! `cargo xtask vm`.
+pub mod package;
 pub mod testbed;
 pub mod util;

@@ -22,6 +22,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "bpftool",
     "tmux",
     "systemd",
+    // the package's tests: man pages rendered, dpkg-deb, strip, bash
+    "man-db",
+    "binutils",
     // the VM testbed
     "qemu-system-x86",
     "busybox-static",

@@ -13,6 +13,7 @@ use crate::{
 pub mod create;
 pub mod ctl;
 pub mod daemon;
+pub mod generate;
 pub mod list;
 pub mod log;
 pub mod path;
@@ -66,6 +67,25 @@ pub enum Command {
     Ctl(ctl::Args),
     /// The tuner's decisions, from the daemon (`--follow` to keep watching).
     Log(log::Args),
+    /// Man pages, shell completions or the default config file, for
+    /// packagers.
+    #[command(hide = true)]
+    Generate(generate::Args),
+}
+
+/// The version `--version` prints: the release, the git commit it was
+/// built from, and a hash of the eBPF object embedded in the binary (the
+/// programs that run in the kernel).
+pub fn long_version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (commit {}, eBPF object {:016x})",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("PATHPILOT_GIT_COMMIT").unwrap_or("unknown"),
+            crate::observer::object_hash()
+        )
+    })
 }
 
 /// Exit statuses, documented in `--help` and the README.

@@ -331,6 +331,267 @@ impl Config {
     }
 }
 
+/// One documented key of the config file: where it is, its default (read
+/// off [`Config::default`], so the documentation cannot drift from the
+/// code) and one line on it. The README's config block, the packaged
+/// `/etc/pathpilot/config.toml` and pathpilot.conf(5) are made from this.
+pub struct KeyDoc {
+    /// `""` for the top level, else the table (`maps`, `checker`, ...).
+    pub section: &'static str,
+    pub key: &'static str,
+    /// The default as TOML; `None`: unset by default (`example` shows a value).
+    pub default: fn(&Config) -> Option<String>,
+    /// A value to show for a key that is unset by default.
+    pub example: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+fn toml_str(s: &str) -> String {
+    format!("{s:?}")
+}
+
+fn toml_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+fn toml_list(v: &[String]) -> String {
+    format!(
+        "[{}]",
+        v.iter().map(|s| toml_str(s)).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Every key of the config file, in file order.
+pub const KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        section: "",
+        key: "mode",
+        default: |c| Some(toml_str(mode_name(c.mode))),
+        example: None,
+        doc: "observe | advise | tune",
+    },
+    KeyDoc {
+        section: "",
+        key: "window_secs",
+        default: |c| Some(toml_num(c.window_secs)),
+        example: None,
+        doc: "measurement and tuning window (0.5..3600)",
+    },
+    KeyDoc {
+        section: "",
+        key: "socket",
+        default: |c| Some(toml_str(&c.socket)),
+        example: None,
+        doc: "the control socket",
+    },
+    KeyDoc {
+        section: "",
+        key: "read_group",
+        default: |c| c.read_group.as_deref().map(toml_str),
+        example: Some("\"storage\""),
+        doc: "a group that may read status/log (unset: root only)",
+    },
+    KeyDoc {
+        section: "",
+        key: "metrics",
+        default: |c| Some(toml_str(&c.metrics)),
+        example: None,
+        doc: "Prometheus endpoint address, or \"off\"",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "create",
+        default: |c| Some(c.maps.create.to_string()),
+        example: None,
+        doc: "create maps for discovered WWIDs",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "min_paths",
+        default: |c| Some(c.maps.min_paths.to_string()),
+        example: None,
+        doc: "... that have at least this many paths",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "selector",
+        default: |c| Some(toml_str(&c.maps.selector)),
+        example: None,
+        doc: "round-robin | queue-length | service-time | historical-service-time",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "queue_if_no_path",
+        default: |c| Some(c.maps.queue_if_no_path.to_string()),
+        example: None,
+        doc: "queue I/O while no path is usable",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "no_path_retry_secs",
+        default: |c| c.maps.no_path_retry_secs.map(toml_num),
+        example: Some("30"),
+        doc: "unset: queue until a path returns",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "adopt",
+        default: |c| Some(toml_list(&c.maps.adopt)),
+        example: None,
+        doc: "WWIDs of maps made by others to manage",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "aliases",
+        default: |c| {
+            Some(format!(
+                "{{{}}}",
+                c.maps
+                    .aliases
+                    .iter()
+                    .map(|(k, v)| format!(" {} = {} ", toml_str(k), toml_str(v)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
+        },
+        example: None,
+        doc: "{ \"<wwid>\" = \"name\" }",
+    },
+    KeyDoc {
+        section: "checker",
+        key: "interval_secs",
+        default: |c| Some(toml_num(c.checker.interval_secs)),
+        example: None,
+        doc: "between checks of a path (0.1..600)",
+    },
+    KeyDoc {
+        section: "checker",
+        key: "timeout_secs",
+        default: |c| Some(toml_num(c.checker.timeout_secs)),
+        example: None,
+        doc: "a check silent this long fails the path",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "windows",
+        default: |c| Some(c.tuner.windows.to_string()),
+        example: None,
+        doc: "windows measured per baseline and per trial",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "settle_windows",
+        default: |c| Some(c.tuner.settle_windows.to_string()),
+        example: None,
+        doc: "windows skipped after a change",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "min_gain_pct",
+        default: |c| Some(toml_num(c.tuner.min_gain_pct)),
+        example: None,
+        doc: "smallest gain kept, whatever the noise",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "reload_min_interval_secs",
+        default: |c| Some(toml_num(c.tuner.reload_min_interval_secs)),
+        example: None,
+        doc: "between two reloads of a map",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "max_stall_ms",
+        default: |c| Some(toml_num(c.tuner.max_stall_ms)),
+        example: None,
+        doc: "a reload stalling I/O longer stops reloads ...",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "reload_cooldown_secs",
+        default: |c| Some(toml_num(c.tuner.reload_cooldown_secs)),
+        example: None,
+        doc: "... for this long",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "flap_hold_secs",
+        default: |c| Some(toml_num(c.tuner.flap_hold_secs)),
+        example: None,
+        doc: "quiet time after a path state change",
+    },
+    KeyDoc {
+        section: "tuner",
+        key: "retry_after_secs",
+        default: |c| Some(toml_num(c.tuner.retry_after_secs)),
+        example: None,
+        doc: "before a rejected or failed change is tried again",
+    },
+    KeyDoc {
+        section: "filter",
+        key: "deny",
+        default: |c| Some(toml_list(&c.filter.deny)),
+        example: None,
+        doc: "\"wwid=RE\", \"devnode=RE\", \"device=VENDOR[/PRODUCT]\"",
+    },
+    KeyDoc {
+        section: "filter",
+        key: "allow",
+        default: |c| Some(toml_list(&c.filter.allow)),
+        example: None,
+        doc: "blacklist_exceptions",
+    },
+];
+
+/// A line on each table, after its `[name]`.
+fn section_doc(section: &str) -> &'static str {
+    match section {
+        "filter" => "multipath.conf blacklist semantics",
+        _ => "",
+    }
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Observe => "observe",
+        Mode::Advise => "advise",
+        Mode::Tune => "tune",
+    }
+}
+
+/// The config file with every key at its default and a line on each:
+/// `commented` comments the keys out (the packaged file: an untouched file
+/// is all defaults); otherwise the README's form. Keys unset by default
+/// are always commented, with an example value.
+pub fn default_file(commented: bool) -> String {
+    let d = Config::default();
+    let mut out = String::new();
+    let mut section = "";
+    for k in KEYS {
+        if k.section != section {
+            section = k.section;
+            let head = format!("[{section}]");
+            let doc = section_doc(section);
+            if doc.is_empty() {
+                out.push_str(&format!("\n{head}\n"));
+            } else {
+                out.push_str(&format!("\n{head:<37} # {doc}\n"));
+            }
+        }
+        let (value, hash) = match (k.default)(&d) {
+            Some(v) => (v, if commented { "# " } else { "" }),
+            None => (k.example.unwrap_or("").to_string(), "# "),
+        };
+        let line = format!("{hash}{} = {value}", k.key);
+        out.push_str(&format!("{line:<37} # {}\n", k.doc));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,5 +677,45 @@ allow = ["wwid=^3500"]
         assert!(Config::load(p, false).is_ok());
         let e = Config::load(p, true).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/pathpilot.toml"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_defaults_are_the_defaults() {
+        // Every key, uncommented, parses to the built-in defaults.
+        let text: String = default_file(false)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(Config::parse(&text).unwrap(), Config::default(), "{text}");
+        // The packaged file, all commented out, too; and it names every key.
+        let packaged = default_file(true);
+        assert_eq!(Config::parse(&packaged).unwrap(), Config::default());
+        for k in KEYS {
+            assert!(packaged.contains(&format!("# {} = ", k.key)), "{}", k.key);
+        }
+        // An unset key's example is a valid value for it.
+        let examples: String = default_file(false)
+            .lines()
+            .map(|l| l.trim_start_matches("# "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        Config::parse(&examples).unwrap();
+    }
+
+    #[test]
+    fn the_readme_shows_the_documented_defaults() {
+        let readme = include_str!("../../../README.md");
+        let block = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("a toml block in the README");
+        assert_eq!(
+            block.trim(),
+            default_file(false).trim(),
+            "README's config block differs from the defaults in the code: \
+             paste the config.toml of `pathpilot generate config --uncommented DIR`"
+        );
     }
 }

@@ -29,6 +29,14 @@ pub use interval::{DeviceInterval, MapInterval};
 /// The compiled eBPF object, embedded at build time by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pathpilot"));
 
+/// A 64-bit FNV-1a hash of the embedded eBPF object, for `--version`: two
+/// binaries with the same hash run the same programs in the kernel.
+pub fn object_hash() -> u64 {
+    OBJECT.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
 /// Every classic tracepoint the programs attach to (category `block`); the
 /// program carries the event's name.
 pub const TRACEPOINTS: [&str; 8] = [
