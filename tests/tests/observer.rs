@@ -171,3 +171,83 @@ fn cgroup_shares_are_recorded() {
         .sum();
     assert_eq!(bytes, 30 * 65536);
 }
+
+#[test]
+fn cgroup_churn_leaves_the_cgroups_map_bounded() {
+    let root = pathpilot::observer::cgroup2_root().expect("a cgroup v2 hierarchy");
+    let lo = LoopDev::new(16);
+    let dev = BlockDev::resolve(&lo.path).unwrap();
+    let mut obs = Observer::load(Scope::WatchList).unwrap();
+    obs.watch(dev.dev).unwrap();
+    let base = root.join(format!("pathpilot-churn-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    // 1,000 cgroups, each reading 4 KiB from the device, then removed.
+    sh(&format!(
+        "for i in $(seq 1000); do d={b}/c$i; mkdir $d; \
+         sh -c \"echo \\$\\$ > $d/cgroup.procs; exec dd if={dev} of=/dev/null bs=4k count=1 \
+         iflag=direct status=none\"; rmdir $d; done",
+        b = base.display(),
+        dev = lo.path
+    ));
+    let snap = obs.snapshot().unwrap();
+    let mine: Vec<_> = snap
+        .cgroups
+        .iter()
+        .filter(|((d, _), _)| *d == dev.dev)
+        .collect();
+    let bytes: u64 = mine.iter().map(|(_, s)| s.bytes).sum();
+    assert_eq!(bytes, 1000 * 4096, "every cgroup's read counted");
+    assert!(mine.len() >= 1000, "one entry per cgroup: {}", mine.len());
+    let pruned = obs.prune_cgroups();
+    let _ = std::fs::remove_dir(&base);
+    // All of them but those still counted in a CPU's cache.
+    assert!(pruned >= 990, "the removed cgroups go: {pruned}");
+    assert!(
+        obs.cgroup_entries() < 20,
+        "what stays is the cgroups alive: {}",
+        obs.cgroup_entries()
+    );
+}
+
+#[test]
+fn flushes_under_concurrent_load_are_counted_and_in_flight_returns_to_0() {
+    let lo = LoopDev::new(64);
+    let dev = BlockDev::resolve(&lo.path).unwrap();
+    let flushes = |d: &str| -> u64 {
+        // /proc/diskstats: major, minor, name, 11 I/O fields, 4 discard
+        // fields, then the flush requests completed.
+        std::fs::read_to_string("/proc/diskstats")
+            .unwrap()
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(d))
+            .and_then(|l| l.split_whitespace().nth(18).and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
+    };
+    let mut obs = Observer::load(Scope::WatchList).unwrap();
+    obs.watch(dev.dev).unwrap();
+    let k0 = flushes(lo.name());
+    let before = obs.snapshot().unwrap();
+    // Random reads at depth alongside writes that flush after each one,
+    // both at sector 0 among others: requests at one sector at one time.
+    sh(&format!(
+        "fio --name=r --filename={p} --rw=randread --bs=4k --direct=1 --ioengine=libaio \
+         --iodepth=16 --size=1m --time_based --runtime=3 --output=/dev/null & \
+         fio --name=w --filename={p} --rw=write --bs=4k --direct=1 --ioengine=psync \
+         --size=4k --loops=300 --fsync=1 --output=/dev/null; wait",
+        p = lo.path
+    ));
+    let after = obs.snapshot().unwrap();
+    let k1 = flushes(lo.name());
+    let i = pathpilot::observer::DeviceInterval::between(dev.dev, lo.name(), None, &before, &after)
+        .unwrap();
+    assert!(k1 - k0 >= 300, "the kernel saw the flushes: {}", k1 - k0);
+    assert_eq!(i.flush_ios, k1 - k0, "{i:#?}");
+    assert_eq!(i.write_ios, 300, "{i:#?}");
+    assert!(i.read_ios > 300, "{i:#?}");
+    assert_eq!(i.inflight, 0, "{i:#?}");
+    assert_eq!(
+        i.completed,
+        i.read_ios + i.write_ios + i.flush_ios,
+        "every request completes once: {i:#?}"
+    );
+}

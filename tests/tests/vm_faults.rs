@@ -267,7 +267,7 @@ fn hung_path_is_failed_by_the_checker_timeout() -> Result<()> {
     );
     assert!(
         daemon_log(&tb).contains("no answer to a 4 KiB read")
-            && daemon_log(&tb).contains("outstanding on the device for"),
+            && daemon_log(&tb).contains("with commands outstanding"),
         "{}",
         daemon_log(&tb)
     );

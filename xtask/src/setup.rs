@@ -20,6 +20,8 @@ pub const APT_PACKAGES: &[&str] = &[
     // `systemd-analyze verify` of the unit
     "fio",
     "bpftool",
+    // the observer benchmark's anchor: bpftrace's classic biolatency
+    "bpftrace",
     "tmux",
     "systemd",
     // the package's tests: man pages rendered, dpkg-deb, strip, bash

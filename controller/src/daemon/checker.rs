@@ -208,14 +208,14 @@ impl Checkers {
     }
 
     /// Starts due checks, collects reports, times out silent ones; returns
-    /// the verdict changes and notes for the log. `oldest` tells how long
-    /// the oldest command a path's device holds has been outstanding (None:
+    /// the verdict changes and notes for the log. `silent` tells how long
+    /// a path's device has completed nothing with commands outstanding (None:
     /// nothing in flight, or not known): a check past its timeout fails the
     /// path only if the device itself is not answering.
     pub fn tick(
         &mut self,
         now: Instant,
-        oldest: &mut dyn FnMut(&str) -> Option<Duration>,
+        silent: &mut dyn FnMut(&str) -> Option<Duration>,
     ) -> (Vec<Change>, Vec<String>) {
         let mut changes = vec![];
         let mut notes = vec![];
@@ -250,10 +250,10 @@ impl Checkers {
                         continue;
                     }
                     let waited = now.duration_since(s).as_secs_f64();
-                    let detail = match oldest(name) {
+                    let detail = match silent(name) {
                         Some(a) if a >= self.timeout => format!(
-                            "no answer to a 4 KiB read in {waited:.1} s; a command has been \
-                             outstanding on the device for {:.1} s",
+                            "no answer to a 4 KiB read in {waited:.1} s; the device has \
+                             completed nothing for {:.1} s with commands outstanding",
                             a.as_secs_f64()
                         ),
                         Some(a) => {
@@ -262,7 +262,7 @@ impl Checkers {
                                 p.queued_noted = true;
                                 notes.push(format!(
                                     "path {name}: check waiting {waited:.1} s behind queued I/O; \
-                                     the device is answering (oldest command {:.0} ms): not failed",
+                                     the device is answering (last completion {:.0} ms ago): not failed",
                                     a.as_secs_f64() * 1000.0
                                 ));
                             }
@@ -368,16 +368,16 @@ mod tests {
         let _ = std::fs::remove_dir_all(fifo.parent().unwrap());
     }
 
-    /// Ticks for `d` with `oldest` as the device's oldest command.
+    /// Ticks for `d` with `silent` as the device's silence.
     fn run_for(
         c: &mut Checkers,
         d: Duration,
-        oldest: Option<Duration>,
+        silent: Option<Duration>,
     ) -> (Vec<Change>, Vec<String>) {
         let (mut changes, mut notes) = (vec![], vec![]);
         let t0 = Instant::now();
         while t0.elapsed() < d {
-            let (ch, n) = c.tick(Instant::now(), &mut |_| oldest);
+            let (ch, n) = c.tick(Instant::now(), &mut |_| silent);
             changes.extend(ch);
             notes.extend(n);
             std::thread::sleep(Duration::from_millis(10));
@@ -399,7 +399,7 @@ mod tests {
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(notes.len(), 1, "said once per check: {notes:?}");
         assert!(
-            notes[0].contains("the device is answering (oldest command 12 ms)"),
+            notes[0].contains("the device is answering (last completion 12 ms ago)"),
             "{notes:?}"
         );
         assert_ne!(c.verdict(&name), Verdict::Timeout);
@@ -407,17 +407,17 @@ mod tests {
 
     #[test]
     fn a_check_past_its_timeout_fails_a_device_that_does_not_answer() {
-        for (oldest, says) in [
+        for (silent, says) in [
             (None, "no answer to a 4 KiB read in"),
             (
                 Some(Duration::from_secs(4)),
-                "outstanding on the device for 4.0 s",
+                "completed nothing for 4.0 s with commands outstanding",
             ),
         ] {
             let (name, fifo) = hanging_check();
             let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
             c.add(&name);
-            let (changes, notes) = run_for(&mut c, Duration::from_millis(400), oldest);
+            let (changes, notes) = run_for(&mut c, Duration::from_millis(400), silent);
             release(&fifo);
             assert!(notes.is_empty(), "{notes:?}");
             assert_eq!(changes.len(), 1, "{changes:?}");

@@ -415,6 +415,22 @@ pub fn render(s: &DaemonStatus) -> String {
         &paths,
         |p| Some(p.share_pct / 100.0),
     );
+    // By request size class: a path's speed is comparable only within one.
+    o.family(
+        "pathpilot_path_latency_by_size_seconds",
+        "gauge",
+        "The path's latency quantiles in the last window, by request size class.",
+    );
+    for (l, p) in &paths {
+        for c in &p.rates.lat_by_size {
+            for (q, v) in [("0.5", c.p50_us), ("0.99", c.p99_us)] {
+                if let Some(us) = v {
+                    let lab = labels_with(l, &[("size_class", &c.class), ("quantile", q)]);
+                    o.sample("pathpilot_path_latency_by_size_seconds", &lab, us / 1e6);
+                }
+            }
+        }
+    }
     o.each(
         "pathpilot_path_weight",
         "gauge",
@@ -593,6 +609,12 @@ pub(crate) fn example_status() -> DaemonStatus {
         inflight_max: 16,
         util_pct: Some(80.0),
         seq_pct: Some(95.0),
+        lat_by_size: vec![crate::daemon::status::SizeLatency {
+            class: "<16k".into(),
+            samples: 100,
+            p50_us: Some(250.0),
+            p99_us: Some(1800.0),
+        }],
     };
     let path = |name: &str, dev: &str, k: u64, state: &str, checker: &str| PathState {
         name: name.into(),
@@ -843,6 +865,10 @@ mod tests {
         has(r#"pathpilot_map_tuner_paused{map="mpathb",wwid="36001405bbbb"} 1"#);
         has(r#"pathpilot_tuner_decisions_total{outcome="kept"} 1"#);
         has(r#"pathpilot_tuner_decisions_total{outcome="budget"} 0"#);
+        has(r#"pathpilot_tuner_decisions_total{outcome="outside"} 0"#);
+        has(&format!(
+            r#"pathpilot_path_latency_by_size_seconds{{{a},path="sdb",size_class="<16k",quantile="0.99"}} 0.0018"#
+        ));
         // A 4 KiB request is at or below 8191 but not 4095; 64 KiB ones
         // from 131071 on.
         let b = format!("pathpilot_map_request_size_bytes_bucket{{{a}");

@@ -37,6 +37,19 @@ pub struct Rates {
     pub inflight_max: u64,
     pub util_pct: Option<f64>,
     pub seq_pct: Option<f64>,
+    /// Latency by request size class (the classes with samples).
+    #[serde(default)]
+    pub lat_by_size: Vec<SizeLatency>,
+}
+
+/// One request size class's latency in the last window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SizeLatency {
+    /// `<16k`, `16k-64k`, `64k-256k`, `>=256k`.
+    pub class: String,
+    pub samples: u64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@ use super::ObserveError;
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
 
 /// A BTF blob and where each type starts in it; members are decoded only
 /// for the structs asked about (the kernel's BTF holds ~100k types, and
@@ -108,6 +109,21 @@ impl Btf {
             .ok_or_else(|| format!("struct {name} has no member {member}"))
     }
 
+    /// The value of `enumerator` in `enum name`.
+    pub fn enum_value(&self, name: &str, enumerator: &str) -> Result<u32, String> {
+        let (_, _, info, _, p) = (1..=self.pos.len() as u32)
+            .filter_map(|id| self.header(id))
+            .find(|(k, n, ..)| *k == KIND_ENUM && self.name(*n) == name.as_bytes())
+            .ok_or_else(|| format!("the kernel has no enum {name}"))?;
+        let tb = self.tb();
+        (0..(info & 0xffff) as usize)
+            .find_map(|i| {
+                let e = p + 12 + i * 8;
+                (self.name(u32_at(tb, e)?) == enumerator.as_bytes()).then(|| u32_at(tb, e + 4))?
+            })
+            .ok_or_else(|| format!("enum {name} has no {enumerator}"))
+    }
+
     fn find(&self, mut id: u32, member: &[u8], base: u32, depth: u32) -> Option<u32> {
         if depth > 8 {
             return None;
@@ -174,6 +190,8 @@ mod tests {
         assert_eq!(minor, major + 4, "two ints side by side");
         assert!(btf.member_offset("request", "no_such_member").is_err());
         assert!(btf.member_offset("no_such_struct", "q").is_err());
+        assert_eq!(btf.enum_value("req_op", "REQ_OP_FLUSH").unwrap(), 2);
+        assert!(btf.enum_value("req_op", "REQ_OP_NONSENSE").is_err());
     }
 
     #[test]

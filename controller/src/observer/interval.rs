@@ -2,7 +2,10 @@
 //! prints and what the tuner reads. Counts are per interval, never since start.
 use std::collections::BTreeMap;
 
-use pathpilot_common::{DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE, DevStats};
+use pathpilot_common::{
+    DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE, LAT_BUCKETS, LAT_CLASS_LOG2_MIN,
+    SIZE_CLASSES,
+};
 use serde::Serialize;
 
 use super::{DeviceCounters, Snapshot, hist};
@@ -35,6 +38,8 @@ pub struct DeviceInterval {
     /// Share of submitted bios that were merged into another request.
     pub merge_pct: f64,
     pub bios: u64,
+    /// Bytes of those bios: what the workload asked for.
+    pub bio_bytes: u64,
     /// Mean size of data requests (read, write, discard), in bytes.
     pub avg_request_bytes: f64,
     /// Data requests by size: bucket lower bound in bytes -> count.
@@ -48,6 +53,9 @@ pub struct DeviceInterval {
     pub lat_p50_us: Option<f64>,
     pub lat_p90_us: Option<f64>,
     pub lat_p99_us: Option<f64>,
+    /// Latency by request size class (only the classes with samples): a
+    /// path's speed is comparable only within a class.
+    pub lat_by_size: Vec<SizeClassLatency>,
     pub inflight: u64,
     pub inflight_max: u64,
     pub sequential_ios: u64,
@@ -63,6 +71,19 @@ pub struct DeviceInterval {
     /// Time with I/O in flight as a share of the interval (sysfs io_ticks).
     pub util_pct: Option<f64>,
 }
+
+/// One request size class's latency over an interval.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SizeClassLatency {
+    /// `<16k`, `16k-64k`, `64k-256k`, `>=256k`.
+    pub class: &'static str,
+    pub samples: u64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+}
+
+/// The names of the size classes (`pathpilot_common::SIZE_CLASS_BOUNDS`).
+pub const SIZE_CLASS_NAMES: [&str; SIZE_CLASSES] = ["<16k", "16k-64k", "64k-256k", ">=256k"];
 
 fn d(a: u64, b: u64) -> u64 {
     a.saturating_sub(b)
@@ -103,11 +124,7 @@ impl DeviceInterval {
         cur: &Snapshot,
         c: &DeviceCounters,
     ) -> Self {
-        let zero = DeviceCounters {
-            stats: DevStats::ZERO,
-            inflight: 0,
-            inflight_peak: 0,
-        };
+        let zero = DeviceCounters::ZERO;
         let p = prev.devices.get(&dev).unwrap_or(&zero);
         let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
         let (cs, ps) = (&c.stats, &p.stats);
@@ -157,6 +174,7 @@ impl DeviceInterval {
                 0.0
             },
             bios,
+            bio_bytes: d(cs.bio_bytes, ps.bio_bytes),
             avg_request_bytes: if data_ios > 0 {
                 round(data_bytes as f64 / data_ios as f64, 1)
             } else {
@@ -171,6 +189,27 @@ impl DeviceInterval {
             lat_p50_us: us(hist::quantile(&lat, 0.50)),
             lat_p90_us: us(hist::quantile(&lat, 0.90)),
             lat_p99_us: us(hist::quantile(&lat, 0.99)),
+            lat_by_size: (0..SIZE_CLASSES)
+                .filter_map(|k| {
+                    // Shifted into the overall histogram's buckets, whose
+                    // quantiles know their bounds.
+                    let mut h = vec![0u64; LAT_BUCKETS];
+                    for (b, (c, p)) in cs.lat_by_size[k]
+                        .iter()
+                        .zip(ps.lat_by_size[k].iter())
+                        .enumerate()
+                    {
+                        h[(b + LAT_CLASS_LOG2_MIN).min(LAT_BUCKETS - 1)] += d(*c, *p);
+                    }
+                    let samples = hist::total(&h);
+                    (samples > 0).then(|| SizeClassLatency {
+                        class: SIZE_CLASS_NAMES[k],
+                        samples,
+                        p50_us: us(hist::quantile(&h, 0.50)),
+                        p99_us: us(hist::quantile(&h, 0.99)),
+                    })
+                })
+                .collect(),
             inflight: c.inflight,
             inflight_max: c.inflight_peak,
             sequential_ios: d(cs.sequential, ps.sequential),
@@ -193,11 +232,7 @@ impl DeviceInterval {
         prev: &Snapshot,
         cur: &Snapshot,
     ) -> Self {
-        let zero = DeviceCounters {
-            stats: DevStats::ZERO,
-            inflight: 0,
-            inflight_peak: 0,
-        };
+        let zero = DeviceCounters::ZERO;
         let counters = cur.devices.get(&dev).unwrap_or(&zero);
         Self::from_counters(dev, name, map, prev, cur, counters)
     }
@@ -266,6 +301,8 @@ impl MapInterval {
 mod tests {
     use std::time::{Duration, Instant};
 
+    use pathpilot_common::DevStats;
+
     use super::*;
 
     fn snap(at: Instant, dev: DevNum, s: DevStats, peak: u64) -> Snapshot {
@@ -277,6 +314,7 @@ mod tests {
                     stats: s,
                     inflight: 1,
                     inflight_peak: peak,
+                    silent_ns: None,
                 },
             )]
             .into(),
@@ -303,6 +341,9 @@ mod tests {
         b.lat_hist[20] = 60;
         b.lat_hist[21] = 50;
         b.completed = 110;
+        // 64 KiB requests, as the overall histogram: 1-2 ms and 2-4 ms.
+        b.lat_by_size[2][10] = 50;
+        b.lat_by_size[2][11] = 50;
         b.bios = 200;
         b.bio_backmerges = 100;
         b.sequential = 99;
@@ -327,6 +368,10 @@ mod tests {
         let (p50, p99) = (i.lat_p50_us.unwrap(), i.lat_p99_us.unwrap());
         assert!(p50 <= i.lat_p90_us.unwrap() && i.lat_p90_us.unwrap() <= p99);
         assert!((1048.5..=2097.2).contains(&p50), "{p50}");
+        assert_eq!(i.lat_by_size.len(), 1);
+        assert_eq!(i.lat_by_size[0].class, "64k-256k");
+        assert_eq!(i.lat_by_size[0].samples, 100);
+        assert_eq!(i.lat_by_size[0].p50_us, Some(p50));
         assert!(i.active());
     }
 

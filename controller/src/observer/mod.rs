@@ -8,12 +8,13 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues},
+    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{RawTracePoint, TracePoint},
     util::nr_cpus,
 };
 use pathpilot_common::{
-    CgroupKey, CgroupStats, Config, DevShared, DevStats, ReqKey, START_REQUEUED,
+    CgroupCache, CgroupKey, CgroupStats, DevShared, DevStats, MAX_SLOTS, SLOT_EMPTY, SLOT_GONE,
+    SLOT_PROBES, Slot, slot_home,
 };
 use thiserror::Error;
 
@@ -22,9 +23,10 @@ use crate::blockdev::{BlockDev, DevNum};
 pub mod btf;
 pub mod hist;
 pub mod interval;
+mod load;
 pub mod tracefs;
 
-pub use interval::{DeviceInterval, MapInterval};
+pub use interval::{DeviceInterval, MapInterval, SizeClassLatency};
 
 /// The compiled eBPF object, embedded at build time by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pathpilot"));
@@ -37,12 +39,9 @@ pub fn object_hash() -> u64 {
     })
 }
 
-/// Every classic tracepoint the programs attach to (category `block`); the
+/// The classic tracepoints the programs attach to (category `block`); the
 /// program carries the event's name.
-pub const TRACEPOINTS: [&str; 8] = [
-    "block_rq_issue",
-    "block_rq_requeue",
-    "block_rq_insert",
+pub const TRACEPOINTS: [&str; 5] = [
     "block_rq_merge",
     "block_bio_backmerge",
     "block_bio_frontmerge",
@@ -50,13 +49,16 @@ pub const TRACEPOINTS: [&str; 8] = [
     "block_rq_remap",
 ];
 
+/// The raw tracepoints: the request's own issue, requeue and completion.
+pub const RAW_TRACEPOINTS: [&str; 3] = ["block_rq_issue", "block_rq_requeue", "block_rq_complete"];
+
 #[derive(Debug, Error)]
 pub enum ObserveError {
     #[error("loading eBPF programs needs root (CAP_BPF and CAP_PERFMON); run as root")]
     NotRoot,
     #[error("{0}")]
     NoTracefs(String),
-    #[error("unexpected tracepoint layout: {0}")]
+    #[error("unexpected kernel layout: {0}")]
     Layout(String),
     #[error(
         "the kernel has no BTF (/sys/kernel/btf/vmlinux is missing); pathpilot needs a kernel built with CONFIG_DEBUG_INFO_BTF"
@@ -68,6 +70,8 @@ pub enum ObserveError {
     Attach(String, String),
     #[error("reading eBPF map {0}: {1}")]
     Map(&'static str, String),
+    #[error("cannot watch {0}: all {1} device slots are in use")]
+    Full(DevNum, u32),
 }
 
 /// How the observer chooses devices.
@@ -76,7 +80,8 @@ pub enum Scope {
     /// Only devices added with [`Observer::watch`].
     #[default]
     WatchList,
-    /// Every block device (for `pathpilot stat` with no device given).
+    /// Every block device (for `pathpilot stat` with no device given):
+    /// those in /sys/block at each snapshot.
     All,
 }
 
@@ -84,11 +89,22 @@ pub enum Scope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceCounters {
     pub stats: DevStats,
-    /// Requests in flight now (never negative: requests that were in flight
-    /// when the observer attached complete without an issue seen).
+    /// Requests in flight now.
     pub inflight: u64,
     /// The highest in-flight count since the previous snapshot.
     pub inflight_peak: u64,
+    /// With requests in flight: how long the device has completed nothing
+    /// (since its last completion, or since it became busy if later).
+    pub silent_ns: Option<u64>,
+}
+
+impl DeviceCounters {
+    pub const ZERO: Self = Self {
+        stats: DevStats::ZERO,
+        inflight: 0,
+        inflight_peak: 0,
+        silent_ns: None,
+    };
 }
 
 /// Everything the programs counted, as of one instant.
@@ -109,13 +125,17 @@ pub struct Snapshot {
 /// outlives the process even on a crash).
 pub struct Observer {
     _ebpf: Ebpf,
-    stats: PerCpuHashMap<MapData, u32, DevStats>,
-    shared: HashMap<MapData, u32, DevShared>,
-    peak: PerCpuHashMap<MapData, u32, i64>,
-    watch: HashMap<MapData, u32, u8>,
-    remaps: HashMap<MapData, u32, u32>,
+    slots: Array<MapData, Slot>,
+    generation: Array<MapData, u32>,
+    stats: PerCpuArray<MapData, DevStats>,
+    shared: Array<MapData, DevShared>,
+    peak: PerCpuArray<MapData, i64>,
+    cgcache: PerCpuArray<MapData, CgroupCache>,
+    /// An LRU per-CPU hash in the kernel.
     cgroups: PerCpuHashMap<MapData, CgroupKey, CgroupStats>,
-    start: HashMap<MapData, ReqKey, u64>,
+    /// The slot table as written to SLOTS (kernel dev_t per slot).
+    table: Vec<u32>,
+    gen_no: u32,
     snapshots: u64,
     ncpus: usize,
     scope: Scope,
@@ -137,10 +157,20 @@ where
     T::try_from(m).map_err(map_err(name))
 }
 
+/// Requests in flight in the kernel's own count (`/sys/block/X/inflight`).
+fn sysfs_inflight(dev: DevNum) -> Option<u64> {
+    let t = std::fs::read_to_string(dev.sysfs().join("inflight")).ok()?;
+    Some(
+        t.split_whitespace()
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
 impl Observer {
-    /// Loads the programs with the running kernel's tracepoint layout and
-    /// attaches them all. Nothing is counted until a device is watched,
-    /// unless `scope` is [`Scope::All`].
+    /// Loads the programs with the running kernel's layout and attaches
+    /// them all. Nothing is counted until a device is watched, unless
+    /// `scope` is [`Scope::All`].
     pub fn load(scope: Scope) -> Result<Self, ObserveError> {
         if unsafe { libc::geteuid() } != 0 {
             return Err(ObserveError::NotRoot);
@@ -150,19 +180,16 @@ impl Observer {
         }
         let root = tracefs::locate()?;
         // The kernel BTF is large: read the offsets and let it go before
-        // the loader, which parses the kernel BTF once more on its own.
+        // the loader.
         let layout = tracefs::layout(&root, &btf::Btf::from_sys()?)?;
-        let config = Config {
-            watch_all: u32::from(scope == Scope::All),
-            _pad: 0,
-        };
-        // No CO-RE relocations in the object: the loader needs no BTF.
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .override_global("LAYOUT", &layout, true)
-            .override_global("CONFIG", &config, true)
-            .load(OBJECT)
-            .map_err(|e| ObserveError::Load(format!("{e:#}")))?;
+        let mut ebpf = load::without_kernel_btf(|| {
+            // No CO-RE relocations in the object: the loader needs no BTF.
+            EbpfLoader::new()
+                .btf(None)
+                .override_global("LAYOUT", &layout, true)
+                .load(OBJECT)
+                .map_err(|e| ObserveError::Load(format!("{e:#}")))
+        })?;
         let mut prog_ids = Vec::new();
         for tp in TRACEPOINTS {
             let prog: &mut TracePoint = ebpf
@@ -178,9 +205,7 @@ impl Observer {
                 prog_ids.push(info.id());
             }
         }
-        // Completions run in IRQ context: a raw tracepoint (see the probe).
-        {
-            let tp = "block_rq_complete";
+        for tp in RAW_TRACEPOINTS {
             let prog: &mut RawTracePoint = ebpf
                 .program_mut(tp)
                 .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?
@@ -194,27 +219,31 @@ impl Observer {
                 prog_ids.push(info.id());
             }
         }
-        // Loading parsed the kernel's BTF (aya does it eagerly, ~20 MiB):
-        // hand that memory back rather than carry it for the daemon's life.
         // SAFETY: malloc_trim only releases free heap pages.
         unsafe {
             libc::malloc_trim(0);
         }
         let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
-        Ok(Self {
+        let mut o = Self {
+            slots: take(&mut ebpf, "SLOTS")?,
+            generation: take(&mut ebpf, "GENERATION")?,
             stats: take(&mut ebpf, "STATS")?,
             shared: take(&mut ebpf, "SHARED")?,
             peak: take(&mut ebpf, "PEAK")?,
-            watch: take(&mut ebpf, "WATCH")?,
-            remaps: take(&mut ebpf, "REMAPS")?,
+            cgcache: take(&mut ebpf, "CGCACHE")?,
             cgroups: take(&mut ebpf, "CGROUPS")?,
-            start: take(&mut ebpf, "START")?,
+            table: vec![SLOT_EMPTY; MAX_SLOTS as usize],
+            gen_no: 0,
             snapshots: 0,
             _ebpf: ebpf,
             ncpus,
             scope,
             prog_ids,
-        })
+        };
+        if scope == Scope::All {
+            o.watch_present();
+        }
+        Ok(o)
     }
 
     pub fn scope(&self) -> Scope {
@@ -226,22 +255,86 @@ impl Observer {
         &self.prog_ids
     }
 
+    fn slot_of(&self, dev: u32) -> Option<u32> {
+        let home = slot_home(dev);
+        (0..SLOT_PROBES)
+            .map(|i| (home + i) & (MAX_SLOTS - 1))
+            .take_while(|s| self.table[*s as usize] != SLOT_EMPTY)
+            .find(|s| self.table[*s as usize] == dev)
+    }
+
+    fn zeros<T: aya::Pod>(&self, v: T) -> Result<PerCpuValues<T>, ObserveError> {
+        PerCpuValues::try_from(vec![v; self.ncpus])
+            .map_err(|e| ObserveError::Map("per-CPU", e.to_string()))
+    }
+
+    /// Clears a slot's counters (a slot is reused by another device).
+    fn reset_slot(&mut self, slot: u32) -> Result<(), ObserveError> {
+        let z = self.zeros(DevStats::ZERO)?;
+        self.stats.set(slot, z, 0).map_err(map_err("STATS"))?;
+        let z = self.zeros(0i64)?;
+        self.peak.set(slot, z, 0).map_err(map_err("PEAK"))?;
+        let z = self.zeros(CgroupCache::default())?;
+        self.cgcache.set(slot, z, 0).map_err(map_err("CGCACHE"))?;
+        Ok(())
+    }
+
+    fn bump_generation(&mut self) -> Result<(), ObserveError> {
+        self.gen_no = self.gen_no.wrapping_add(1);
+        self.generation
+            .set(0, self.gen_no, 0)
+            .map_err(map_err("GENERATION"))
+    }
+
     /// Starts counting a device.
     pub fn watch(&mut self, dev: DevNum) -> Result<(), ObserveError> {
-        self.watch
-            .insert(dev.kernel(), 1, 0)
-            .map_err(map_err("WATCH"))
+        let k = dev.kernel();
+        if self.slot_of(k).is_some() {
+            return Ok(());
+        }
+        let home = slot_home(k);
+        let slot = (0..SLOT_PROBES)
+            .map(|i| (home + i) & (MAX_SLOTS - 1))
+            .find(|s| matches!(self.table[*s as usize], SLOT_EMPTY | SLOT_GONE))
+            .ok_or(ObserveError::Full(dev, MAX_SLOTS))?;
+        self.reset_slot(slot)?;
+        // Requests already in flight complete after this: start from the
+        // kernel's own count so that the in-flight figure stays right.
+        let shared = DevShared {
+            inflight: sysfs_inflight(dev).unwrap_or(0) as i64,
+            ..DevShared::ZERO
+        };
+        self.shared
+            .set(slot, shared, 0)
+            .map_err(map_err("SHARED"))?;
+        self.slots
+            .set(slot, Slot { dev: k, _pad: 0 }, 0)
+            .map_err(map_err("SLOTS"))?;
+        self.table[slot as usize] = k;
+        self.bump_generation()
     }
 
     /// Stops counting a device and forgets its counters, so a removed
     /// device leaves no entries behind.
     pub fn unwatch(&mut self, dev: DevNum) -> Result<(), ObserveError> {
         let k = dev.kernel();
-        let _ = self.watch.remove(&k);
-        let _ = self.stats.remove(&k);
-        let _ = self.shared.remove(&k);
-        let _ = self.peak.remove(&k);
-        let _ = self.remaps.remove(&k);
+        let Some(slot) = self.slot_of(k) else {
+            return Ok(());
+        };
+        // A removed entry is stepped over by lookups of devices placed
+        // after it; a free one ends them.
+        let next = (slot + 1) & (MAX_SLOTS - 1);
+        let mark = if self.table[next as usize] == SLOT_EMPTY {
+            SLOT_EMPTY
+        } else {
+            SLOT_GONE
+        };
+        self.slots
+            .set(slot, Slot { dev: mark, _pad: 0 }, 0)
+            .map_err(map_err("SLOTS"))?;
+        self.table[slot as usize] = mark;
+        self.bump_generation()?;
+        self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
             .cgroups
             .keys()
@@ -257,106 +350,118 @@ impl Observer {
     /// The devices on the watch list.
     pub fn watched(&self) -> Vec<DevNum> {
         let mut v: Vec<DevNum> = self
-            .watch
-            .keys()
-            .filter_map(Result::ok)
-            .map(DevNum::from_kernel)
+            .table
+            .iter()
+            .filter(|d| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
+            .map(|d| DevNum::from_kernel(*d))
             .collect();
         v.sort();
         v
     }
 
-    /// How long the oldest request the driver of `dev` holds has been
-    /// outstanding (`None`: nothing in flight there). A device that still
-    /// completes its commands has only young ones, however long the queue
-    /// in front of it; a hung one keeps an old one.
-    pub fn oldest_inflight(&self, dev: DevNum) -> Option<std::time::Duration> {
-        self.oldest_inflight_all().remove(&dev)
-    }
-
-    /// [`Self::oldest_inflight`] of every device with requests at its
-    /// driver, in one pass over the table.
-    pub fn oldest_inflight_all(&self) -> StdHashMap<DevNum, std::time::Duration> {
-        let mut oldest: StdHashMap<u32, u64> = StdHashMap::new();
-        for (key, t) in self.start.iter().filter_map(Result::ok) {
-            if t & START_REQUEUED == 0 {
-                let e = oldest.entry(key.dev).or_insert(t);
-                *e = (*e).min(t);
+    /// Scope::All: every device in /sys/block is watched (new ones as they
+    /// appear), as far as the slots go.
+    fn watch_present(&mut self) {
+        let Ok(dir) = std::fs::read_dir("/sys/block") else {
+            return;
+        };
+        for e in dir.flatten() {
+            if let Some(b) = BlockDev::by_name(&e.file_name().to_string_lossy()) {
+                let _ = self.watch(b.dev);
             }
         }
+    }
+
+    /// How long each watched device with requests in flight has completed
+    /// nothing (since its last completion, or since it became busy if that
+    /// is later). A device that still completes commands, however long
+    /// the queue in front of it, is never silent long; a hung one is.
+    pub fn silences(&self) -> StdHashMap<DevNum, std::time::Duration> {
         let now = monotonic_ns();
-        oldest
-            .into_iter()
-            .map(|(d, t)| {
-                (
-                    DevNum::from_kernel(d),
-                    std::time::Duration::from_nanos(now.saturating_sub(t)),
-                )
+        self.table
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
+            .filter_map(|(slot, d)| {
+                let sh = self.shared.get(&(slot as u32), 0).ok()?;
+                let s = silence(&sh, now)?;
+                Some((DevNum::from_kernel(*d), std::time::Duration::from_nanos(s)))
             })
             .collect()
     }
 
-    /// Forgets in-flight entries older than `age`: a completion the probes
-    /// could not see (a device unwatched mid-request) must not leave its
-    /// entry forever in the fixed-size table. Returns how many went.
-    pub fn sweep_inflight(&mut self, age: std::time::Duration) -> usize {
-        let now_ns = monotonic_ns();
-        let old: Vec<ReqKey> = self
-            .start
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, t)| now_ns.saturating_sub(t & !START_REQUEUED) > age.as_nanos() as u64)
-            .map(|(k, _)| k)
-            .collect();
-        for k in &old {
-            let _ = self.start.remove(k);
-        }
-        old.len()
+    /// [`Self::silences`] of one device.
+    pub fn silence(&self, dev: DevNum) -> Option<std::time::Duration> {
+        let slot = self.slot_of(dev.kernel())?;
+        let sh = self.shared.get(&slot, 0).ok()?;
+        silence(&sh, monotonic_ns()).map(std::time::Duration::from_nanos)
     }
 
     /// Reads every counter once. Peaks restart from here, so each snapshot
     /// carries the peak of the interval that ends with it.
     pub fn snapshot(&mut self) -> Result<Snapshot, ObserveError> {
+        if self.scope == Scope::All {
+            self.watch_present();
+        }
         self.snapshots += 1;
         if self.snapshots.is_multiple_of(64) {
-            self.sweep_inflight(std::time::Duration::from_secs(300));
+            self.prune_cgroups();
         }
         let taken = Instant::now();
+        let now_ns = monotonic_ns();
         let mut devices = BTreeMap::new();
-        for item in self.stats.iter() {
-            let (k, per_cpu) = item.map_err(map_err("STATS"))?;
+        let mut remaps = BTreeMap::new();
+        let mut cgroups: BTreeMap<(DevNum, u64), CgroupStats> = BTreeMap::new();
+        let watched: Vec<(u32, u32)> = self
+            .table
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
+            .map(|(s, d)| (s as u32, *d))
+            .collect();
+        for (slot, k) in watched {
+            let dev = DevNum::from_kernel(k);
+            let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
             let mut sum = DevStats::ZERO;
             for v in per_cpu.iter() {
                 add(&mut sum, v);
             }
-            let inflight = self.shared.get(&k, 0).map(|s| s.inflight).unwrap_or(0);
+            let mut sh = self.shared.get(&slot, 0).map_err(map_err("SHARED"))?;
+            // A count gone wrong (a completion whose issue came before the
+            // probes, a driver that requeued a request it never started)
+            // is put right when the kernel says the device is idle.
+            if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
+                sh.inflight = 0;
+                let _ = self.shared.set(slot, sh, 0);
+            }
             let peak = self
                 .peak
-                .get(&k, 0)
+                .get(&slot, 0)
                 .map(|p| p.iter().copied().max().unwrap_or(0))
                 .unwrap_or(0);
+            let z = self.zeros(0i64)?;
+            let _ = self.peak.set(slot, z, 0);
             devices.insert(
-                DevNum::from_kernel(k),
+                dev,
                 DeviceCounters {
                     stats: sum,
-                    inflight: inflight.max(0) as u64,
-                    inflight_peak: peak.max(inflight).max(0) as u64,
+                    inflight: sh.inflight.max(0) as u64,
+                    inflight_peak: peak.max(sh.inflight).max(0) as u64,
+                    silent_ns: silence(&sh, now_ns),
                 },
             );
+            if sh.remapped_from != 0 {
+                remaps.insert(dev, DevNum::from_kernel(sh.remapped_from));
+            }
+            // Cgroup bytes still in the CPUs' caches.
+            if let Ok(caches) = self.cgcache.get(&slot, 0) {
+                for c in caches.iter().filter(|c| c.cgroup_id != 0 && c.bios != 0) {
+                    let e = cgroups.entry((dev, c.cgroup_id)).or_default();
+                    e.bios += c.bios;
+                    e.bytes += c.bytes;
+                }
+            }
         }
-        let keys: Vec<u32> = self.peak.keys().filter_map(Result::ok).collect();
-        for k in keys {
-            let zeros = PerCpuValues::try_from(vec![0i64; self.ncpus])
-                .map_err(|e| ObserveError::Map("PEAK", e.to_string()))?;
-            let _ = self.peak.insert(k, zeros, 0);
-        }
-        let remaps = self
-            .remaps
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(p, m)| (DevNum::from_kernel(p), DevNum::from_kernel(m)))
-            .collect();
-        let mut cgroups: BTreeMap<(DevNum, u64), CgroupStats> = BTreeMap::new();
         for item in self.cgroups.iter() {
             let (k, per_cpu) = item.map_err(map_err("CGROUPS"))?;
             let e = cgroups
@@ -367,11 +472,10 @@ impl Observer {
                 e.bytes += v.bytes;
             }
         }
-        // Watched devices too: the first interval of a device needs a base.
         let mut io_ticks_ms = BTreeMap::new();
-        for d in devices.keys().copied().chain(self.watched()) {
-            if let Some(t) = BlockDev::io_ticks_ms(d) {
-                io_ticks_ms.insert(d, t);
+        for d in devices.keys() {
+            if let Some(t) = BlockDev::io_ticks_ms(*d) {
+                io_ticks_ms.insert(*d, t);
             }
         }
         Ok(Snapshot {
@@ -382,6 +486,61 @@ impl Observer {
             io_ticks_ms,
         })
     }
+
+    /// Entries of the CGROUPS map now.
+    pub fn cgroup_entries(&self) -> usize {
+        self.cgroups.keys().filter_map(Result::ok).count()
+    }
+
+    /// Forgets the cgroups that no longer exist (a cgroup v2 id is its
+    /// directory's inode number): the map is an LRU bounded anyway, and
+    /// this keeps it to the cgroups alive. Returns how many went.
+    pub fn prune_cgroups(&mut self) -> usize {
+        let Some(root) = cgroup2_root() else {
+            return 0;
+        };
+        let mut alive = std::collections::HashSet::new();
+        let mut dirs = vec![root];
+        while let Some(d) = dirs.pop() {
+            if let Ok(m) = std::fs::metadata(&d) {
+                use std::os::unix::fs::MetadataExt;
+                alive.insert(m.ino());
+            }
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                dirs.extend(
+                    rd.flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        let gone: Vec<CgroupKey> = self
+            .cgroups
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !alive.contains(&k.cgroup_id))
+            .collect();
+        for k in &gone {
+            let _ = self.cgroups.remove(k);
+        }
+        gone.len()
+    }
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or
+/// `/sys/fs/cgroup/unified` on a hybrid system).
+pub fn cgroup2_root() -> Option<std::path::PathBuf> {
+    let m = std::fs::read_to_string("/proc/mounts").ok()?;
+    m.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(2) == Some(&"cgroup2"))
+        .and_then(|f| f.get(1).map(std::path::PathBuf::from))
+}
+
+/// With requests in flight, ns since the device last completed one or
+/// became busy.
+fn silence(sh: &DevShared, now_ns: u64) -> Option<u64> {
+    (sh.inflight > 0).then(|| now_ns.saturating_sub(sh.last_complete_ns.max(sh.busy_since_ns)))
 }
 
 fn add(sum: &mut DevStats, v: &DevStats) {
@@ -392,22 +551,28 @@ fn add(sum: &mut DevStats, v: &DevStats) {
     sum.completed += v.completed;
     sum.errors += v.errors;
     sum.requeues += v.requeues;
-    sum.inserts += v.inserts;
     sum.rq_merges += v.rq_merges;
     sum.bio_backmerges += v.bio_backmerges;
     sum.bio_frontmerges += v.bio_frontmerges;
     sum.bios += v.bios;
+    sum.bio_bytes += v.bio_bytes;
     sum.sequential += v.sequential;
     sum.random += v.random;
     sum.bio_sequential += v.bio_sequential;
     sum.bio_random += v.bio_random;
     sum.remapped += v.remapped;
+    sum.lat_samples += v.lat_samples;
     sum.lat_sum_ns += v.lat_sum_ns;
     for (a, b) in sum.size_hist.iter_mut().zip(v.size_hist.iter()) {
         *a += b;
     }
     for (a, b) in sum.lat_hist.iter_mut().zip(v.lat_hist.iter()) {
         *a += b;
+    }
+    for (ra, rb) in sum.lat_by_size.iter_mut().zip(v.lat_by_size.iter()) {
+        for (a, b) in ra.iter_mut().zip(rb.iter()) {
+            *a += b;
+        }
     }
 }
 

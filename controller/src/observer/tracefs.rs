@@ -5,7 +5,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use pathpilot_common::Layout;
+use pathpilot_common::{Layout, RQ_CHUNK};
 
 use super::ObserveError;
 
@@ -100,31 +100,71 @@ fn field(
             "tracepoint block/{event} field '{name}' is {sz} bytes, expected {size}"
         )));
     }
+    // The probes read a record's first 32 bytes in one go.
+    if off + size > 32 {
+        return Err(ObserveError::Layout(format!(
+            "tracepoint block/{event} field '{name}' at offset {off}, past the 32 bytes read"
+        )));
+    }
     Ok(off)
 }
 
-/// The offsets of every field the programs read: tracepoint fields from
-/// tracefs, `struct request` members (for the raw completion probe) from
-/// BTF.
+/// Everything the programs read, located in the running kernel: `struct
+/// request` members (the raw tracepoints read the request) and `enum
+/// req_op` values from BTF, classic tracepoint fields from tracefs.
 pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError> {
     let c = &mut HashMap::new();
-    let member = |s: &str, m: &str| {
-        btf.member_offset(s, m)
-            .map_err(|e| ObserveError::Layout(format!("kernel BTF: {e}")))
+    let bad = |e: String| ObserveError::Layout(format!("kernel BTF: {e}"));
+    let member = |s: &str, m: &str| btf.member_offset(s, m).map_err(bad);
+    // The raw tracepoints read the first RQ_CHUNK bytes of a request in
+    // one go: every member they use must lie there.
+    let rq = |m: &str| -> Result<u32, ObserveError> {
+        let off = member("request", m)?;
+        if off as usize + 8 > RQ_CHUNK {
+            return Err(ObserveError::Layout(format!(
+                "struct request member {m} at offset {off}, past the {RQ_CHUNK} bytes read"
+            )));
+        }
+        Ok(off)
     };
+    let op = |name: &str| btf.enum_value("req_op", name).map_err(bad);
+    // The issue and requeue probes read a request's first 64 bytes.
+    for (m, off) in [
+        ("q", 0usize),
+        ("cmd_flags", 0),
+        ("__data_len", 0),
+        ("__sector", 0),
+    ] {
+        let o = member("request", m)? as usize + off;
+        if o + 8 > 64 {
+            return Err(ObserveError::Layout(format!(
+                "struct request member {m} at offset {o}, past the 64 bytes read at issue"
+            )));
+        }
+    }
+    let major = member("gendisk", "major")?;
+    if member("gendisk", "first_minor")? != major + 4 {
+        return Err(ObserveError::Layout(
+            "gendisk: first_minor does not follow major".into(),
+        ));
+    }
     Ok(Layout {
-        rq_q: member("request", "q")?,
-        rq_sector: member("request", "__sector")?,
+        rq_q: rq("q")?,
+        rq_cmd_flags: rq("cmd_flags")?,
+        rq_data_len: rq("__data_len")?,
+        rq_sector: rq("__sector")?,
+        rq_bio: rq("bio")?,
+        rq_start_time_ns: rq("start_time_ns")?,
+        rq_io_start_time_ns: rq("io_start_time_ns")?,
         q_disk: member("request_queue", "disk")?,
-        disk_major: member("gendisk", "major")?,
-        disk_first_minor: member("gendisk", "first_minor")?,
-        issue_dev: field(root, "block_rq_issue", "dev", 4, c)?,
-        issue_sector: field(root, "block_rq_issue", "sector", 8, c)?,
-        issue_nr_sector: field(root, "block_rq_issue", "nr_sector", 4, c)?,
-        issue_rwbs: field(root, "block_rq_issue", "rwbs", 4, c)?,
-        insert_dev: field(root, "block_rq_insert", "dev", 4, c)?,
-        requeue_dev: field(root, "block_rq_requeue", "dev", 4, c)?,
-        requeue_sector: field(root, "block_rq_requeue", "sector", 8, c)?,
+        disk_major: major,
+        // REQ_OP_BITS is a macro (8 since Linux 4.x), not in BTF.
+        op_mask: 0xff,
+        op_write: op("REQ_OP_WRITE")?,
+        op_flush: op("REQ_OP_FLUSH")?,
+        op_discard: op("REQ_OP_DISCARD")?,
+        op_drv_in: op("REQ_OP_DRV_IN")?,
+        op_drv_out: op("REQ_OP_DRV_OUT")?,
         merge_dev: field(root, "block_rq_merge", "dev", 4, c)?,
         bio_queue_dev: field(root, "block_bio_queue", "dev", 4, c)?,
         bio_queue_sector: field(root, "block_bio_queue", "sector", 8, c)?,
@@ -185,7 +225,9 @@ print fmt: \"%d,%d\"
         let root = locate().expect("tracefs (run as root)");
         let btf = super::super::btf::Btf::from_sys().expect("kernel BTF");
         let l = layout(&root, &btf).expect("layout");
-        assert_eq!(l.issue_dev, 8);
-        assert_ne!(l.requeue_sector, 0);
+        assert_eq!(l.rq_q, 0);
+        assert_eq!((l.op_write, l.op_flush, l.op_discard), (1, 2, 3));
+        assert!(l.op_drv_in > l.op_discard && l.op_drv_out == l.op_drv_in + 1);
+        assert_ne!(l.bio_queue_sector, 0);
     }
 }

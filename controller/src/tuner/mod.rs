@@ -666,7 +666,7 @@ impl Tuner {
         }
         if let Some((p, s)) = h.stalled_paths.first() {
             return Some(format!(
-                "path {p} has had a command outstanding for {s:.1} s (a reload would wait for it)"
+                "path {p} has completed nothing for {s:.1} s with commands outstanding (a reload would wait for them)"
             ));
         }
         if let Some(c) = h.last_path_change

@@ -22,31 +22,56 @@ pub const DIR_DISCARD: usize = 3;
 pub const DIR_OTHER: usize = 4;
 pub const DIRS: usize = 5;
 
-/// Per-device counters, the value of a per-CPU hash map keyed by the kernel
-/// dev_t (`major << 20 | minor`). Userspace sums the per-CPU copies.
+/// Latency by request size: size classes (upper bounds, bytes; the last
+/// class holds everything larger). A path's speed is comparable only within
+/// a size class: latency is flat up to ~16 KiB and grows with size beyond.
+pub const SIZE_CLASS_BOUNDS: [u64; SIZE_CLASSES - 1] = [16 << 10, 64 << 10, 256 << 10];
+pub const SIZE_CLASSES: usize = 4;
+/// Latency buckets of the per-size-class histograms: log2 ns from 2^10
+/// (~1 us) to 2^33 (~8.6 s); the first and last also hold what lies beyond.
+pub const LAT_CLASS_BUCKETS: usize = 24;
+pub const LAT_CLASS_LOG2_MIN: usize = 10;
+
+/// The size class of a request of `bytes`.
+#[inline(always)]
+pub fn size_class(bytes: u64) -> usize {
+    if bytes < SIZE_CLASS_BOUNDS[0] {
+        0
+    } else if bytes < SIZE_CLASS_BOUNDS[1] {
+        1
+    } else if bytes < SIZE_CLASS_BOUNDS[2] {
+        2
+    } else {
+        3
+    }
+}
+
+/// Per-device counters: the value of a per-CPU array indexed by the
+/// device's slot (see [`Slot`]). Userspace sums the per-CPU copies.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevStats {
-    /// Requests issued to the driver, by direction (`DIR_*`).
+    /// Requests completed, by direction (`DIR_*`): each request once, at
+    /// its completion (a request dm dispatches again after a bounce, or
+    /// ends twice, counts once).
     pub ios: [u64; DIRS],
-    /// Bytes of the issued requests, by direction.
+    /// Bytes of the completed requests, by direction.
     pub bytes: [u64; DIRS],
-    /// Requests completed (block_rq_complete), and those completed with an error.
+    /// Requests completed (every direction), and those completed with an error.
     pub completed: u64,
     pub errors: u64,
     /// Requests put back on the queue by the driver (block_rq_requeue).
     pub requeues: u64,
-    /// Requests inserted into the scheduler / dispatch list (block_rq_insert).
-    pub inserts: u64,
     /// A request merged into another (block_rq_merge), and bios merged into a
     /// request at its back or front.
     pub rq_merges: u64,
     pub bio_backmerges: u64,
     pub bio_frontmerges: u64,
-    /// Bios submitted to the device (block_bio_queue).
+    /// Bios submitted to the device (block_bio_queue), and their bytes.
     pub bios: u64,
-    /// Data requests that started where the previous one on the device ended,
-    /// and those that did not.
+    pub bio_bytes: u64,
+    /// Data requests that started, at their issue, where the previous one
+    /// on the device ended, and those that did not.
     pub sequential: u64,
     pub random: u64,
     /// The same for bios as submitted (block_bio_queue), before merging or
@@ -57,12 +82,16 @@ pub struct DevStats {
     /// Requests a dm map cloned onto this device (block_rq_remap, counted on
     /// the destination path).
     pub remapped: u64,
-    /// Latency samples: the sum of their latencies, for the mean.
+    /// Latency samples: their count and the sum of their latencies.
+    pub lat_samples: u64,
     pub lat_sum_ns: u64,
-    /// Issued data requests by log2 size in bytes.
+    /// Completed data requests by log2 size in bytes.
     pub size_hist: [u64; SIZE_BUCKETS],
-    /// Issue-to-complete latency by log2 nanoseconds.
+    /// Latency (see the completion probe) by log2 nanoseconds.
     pub lat_hist: [u64; LAT_BUCKETS],
+    /// The same by size class (`size_class`), in `LAT_CLASS_BUCKETS`
+    /// buckets from 2^`LAT_CLASS_LOG2_MIN` ns.
+    pub lat_by_size: [[u64; LAT_CLASS_BUCKETS]; SIZE_CLASSES],
 }
 
 impl DevStats {
@@ -72,34 +101,45 @@ impl DevStats {
         completed: 0,
         errors: 0,
         requeues: 0,
-        inserts: 0,
         rq_merges: 0,
         bio_backmerges: 0,
         bio_frontmerges: 0,
         bios: 0,
+        bio_bytes: 0,
         sequential: 0,
         random: 0,
         bio_sequential: 0,
         bio_random: 0,
         remapped: 0,
+        lat_samples: 0,
         lat_sum_ns: 0,
         size_hist: [0; SIZE_BUCKETS],
         lat_hist: [0; LAT_BUCKETS],
+        lat_by_size: [[0; LAT_CLASS_BUCKETS]; SIZE_CLASSES],
     };
 }
 
-/// Per-device state shared by all CPUs (a plain hash map, not per-CPU):
-/// updated with atomic adds where several CPUs race.
+/// Per-device state shared by all CPUs (an array indexed by slot): updated
+/// with atomic adds where several CPUs race.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevShared {
-    /// Requests issued and not yet completed, across all CPUs.
+    /// Requests issued to the driver and not yet completed or requeued.
     pub inflight: i64,
     /// Sector just past the end of the last data request issued, for the
     /// sequential/random classification.
     pub next_sector: u64,
     /// The same for the last bio submitted.
     pub next_bio_sector: u64,
+    /// When the device last went from idle to busy (an issue found
+    /// nothing else in flight), and when it last completed a request
+    /// (ns, bpf_ktime_get_ns's clock): with requests in flight, the later
+    /// of the two is how long the device has been silent.
+    pub busy_since_ns: u64,
+    pub last_complete_ns: u64,
+    /// For a dm path: the dm map that cloned a request onto it last.
+    pub remapped_from: u32,
+    pub _pad: u32,
 }
 
 impl DevShared {
@@ -107,22 +147,62 @@ impl DevShared {
         inflight: 0,
         next_sector: u64::MAX,
         next_bio_sector: u64::MAX,
+        busy_since_ns: 0,
+        last_complete_ns: 0,
+        remapped_from: 0,
+        _pad: 0,
     };
 }
 
-/// Set in an in-flight table entry (issue time in ns) while the driver has
-/// put the request back (requeued): the request is not at the device.
-pub const START_REQUEUED: u64 = 1 << 63;
-
-/// Key of the in-flight request table used for latency: the classic
-/// tracepoints do not expose the `struct request` pointer, so a request is
-/// identified by its device and start sector.
+/// The watch list: an array of `MAX_SLOTS` slots, a device in the slot
+/// its dev_t hashes to or one of the `SLOT_PROBES` after it (open
+/// addressing). The slot index is where the device's counters live in the
+/// other arrays: no hash table on the per-I/O path. Userspace fills it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReqKey {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// The kernel dev_t; `SLOT_EMPTY` or `SLOT_GONE` (a removed entry that
+    /// lookups step over).
     pub dev: u32,
     pub _pad: u32,
-    pub sector: u64,
+}
+
+pub const MAX_SLOTS: u32 = 256;
+pub const SLOT_PROBES: u32 = 8;
+pub const SLOT_EMPTY: u32 = 0;
+pub const SLOT_GONE: u32 = u32::MAX;
+/// "Not watched", in the queue cache.
+pub const NO_SLOT: u32 = u32::MAX;
+
+/// The first slot to look in for `dev` (Fibonacci hashing).
+#[inline(always)]
+pub const fn slot_home(dev: u32) -> u32 {
+    dev.wrapping_mul(0x9E37_79B1) >> (32 - MAX_SLOTS.trailing_zeros())
+}
+
+/// A per-CPU cache entry: request queue -> slot, valid while the watch
+/// list's generation is `generation` (the raw tracepoints get a `struct
+/// request`, and finding its device costs two kernel reads; a queue's
+/// slot does not change until the watch list does).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueSlot {
+    pub q: u64,
+    pub slot: u32,
+    pub generation: u32,
+}
+
+pub const QUEUE_CACHE: u32 = 64;
+
+/// A device's last cgroup on one CPU, counted here until another cgroup
+/// submits to the device on that CPU (then added to the CGROUPS map): a
+/// hash update per bio costs more than the rest of the bio's accounting.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupCache {
+    pub cgroup_id: u64,
+    pub bios: u64,
+    pub bytes: u64,
 }
 
 /// Key of the per-cgroup accounting: which cgroup sent how much to a device.
@@ -141,29 +221,32 @@ pub struct CgroupStats {
     pub bytes: u64,
 }
 
-/// Byte offsets of the fields the programs read, per tracepoint, taken from
-/// `/sys/kernel/tracing/events/block/<event>/format` at load time and written
-/// into the programs' read-only data before they are loaded (the layouts
-/// differ between events and between kernels: block_rq_requeue's `rwbs` is
-/// not where block_rq_issue's is).
+/// Where the programs find what they read, written into their read-only
+/// data at load time: `struct request` members (the raw tracepoints read
+/// the request itself) from the kernel's BTF, classic tracepoint fields
+/// from tracefs format files, and `enum req_op` values.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub issue_dev: u32,
-    pub issue_sector: u32,
-    pub issue_nr_sector: u32,
-    pub issue_rwbs: u32,
-    /// The completion probe is a raw tracepoint: it reads `struct request`
-    /// at these BTF offsets (rq->q, q->disk, disk->major/first_minor,
-    /// rq->__sector).
+    /// Offsets in `struct request`, all inside its first `RQ_CHUNK` bytes
+    /// (read in one go).
     pub rq_q: u32,
+    pub rq_cmd_flags: u32,
+    pub rq_data_len: u32,
     pub rq_sector: u32,
+    pub rq_bio: u32,
+    pub rq_start_time_ns: u32,
+    pub rq_io_start_time_ns: u32,
+    /// `request_queue.disk`, `gendisk.major` (first_minor follows it).
     pub q_disk: u32,
     pub disk_major: u32,
-    pub disk_first_minor: u32,
-    pub insert_dev: u32,
-    pub requeue_dev: u32,
-    pub requeue_sector: u32,
+    /// `enum req_op` values (the low bits of cmd_flags under `op_mask`).
+    pub op_mask: u32,
+    pub op_write: u32,
+    pub op_flush: u32,
+    pub op_discard: u32,
+    pub op_drv_in: u32,
+    pub op_drv_out: u32,
     pub merge_dev: u32,
     pub bio_queue_dev: u32,
     pub bio_queue_sector: u32,
@@ -175,20 +258,26 @@ pub struct Layout {
     pub remap_old_dev: u32,
 }
 
+/// How much of a `struct request` the raw tracepoints read.
+pub const RQ_CHUNK: usize = 128;
+
 impl Layout {
     pub const UNSET: Self = Self {
-        issue_dev: 0,
-        issue_sector: 0,
-        issue_nr_sector: 0,
-        issue_rwbs: 0,
         rq_q: 0,
+        rq_cmd_flags: 0,
+        rq_data_len: 0,
         rq_sector: 0,
+        rq_bio: 0,
+        rq_start_time_ns: 0,
+        rq_io_start_time_ns: 0,
         q_disk: 0,
         disk_major: 0,
-        disk_first_minor: 0,
-        insert_dev: 0,
-        requeue_dev: 0,
-        requeue_sector: 0,
+        op_mask: 0,
+        op_write: 0,
+        op_flush: 0,
+        op_discard: 0,
+        op_drv_in: 0,
+        op_drv_out: 0,
         merge_dev: 0,
         bio_queue_dev: 0,
         bio_queue_sector: 0,
@@ -198,15 +287,6 @@ impl Layout {
         remap_dev: 0,
         remap_old_dev: 0,
     };
-}
-
-/// Runtime switches in the programs' read-only data.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// 1: account every device; 0: only devices in the WATCH map.
-    pub watch_all: u32,
-    pub _pad: u32,
 }
 
 /// The kernel's dev_t encoding used inside tracepoints.
@@ -257,11 +337,12 @@ mod pod {
     use super::*;
     unsafe impl aya::Pod for DevStats {}
     unsafe impl aya::Pod for DevShared {}
-    unsafe impl aya::Pod for ReqKey {}
+    unsafe impl aya::Pod for Slot {}
+    unsafe impl aya::Pod for QueueSlot {}
+    unsafe impl aya::Pod for CgroupCache {}
     unsafe impl aya::Pod for CgroupKey {}
     unsafe impl aya::Pod for CgroupStats {}
     unsafe impl aya::Pod for Layout {}
-    unsafe impl aya::Pod for Config {}
 }
 
 #[cfg(test)]
@@ -278,6 +359,18 @@ mod tests {
         assert_eq!(log2(65535), 15);
         assert_eq!(log2(1 << 40), 40);
         assert_eq!(log2(u64::MAX), 63);
+    }
+
+    #[test]
+    fn slots_and_size_classes() {
+        for dev in [kdev(8, 0), kdev(8, 16), kdev(254, 0), kdev(259, 70000)] {
+            assert!(slot_home(dev) < MAX_SLOTS);
+        }
+        assert_ne!(slot_home(kdev(8, 0)), slot_home(kdev(8, 16)));
+        assert_eq!(size_class(4096), 0);
+        assert_eq!(size_class(16 << 10), 1);
+        assert_eq!(size_class(64 << 10), 2);
+        assert_eq!(size_class(1 << 20), 3);
     }
 
     #[test]

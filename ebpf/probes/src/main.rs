@@ -1,64 +1,59 @@
-//! Block-layer observers. Every program first checks the watch list, so an
-//! unwatched device costs one hash lookup per event; field offsets come from
-//! the LAYOUT global that the loader fills from tracefs before loading.
+//! Block-layer observers, built to cost as little per I/O as possible: no
+//! hash table is touched on the per-I/O path. A watched device has a slot
+//! (its index in array maps, found from its dev_t by open addressing in
+//! SLOTS); its counters live at that index in per-CPU arrays. Requests are
+//! seen at their issue, requeue and completion through raw tracepoints,
+//! which hand over `struct request` itself: the programs read what they
+//! need from it in one go (offsets from the kernel's BTF, in LAYOUT), and
+//! time a request from the kernel's own stamps, so no table of requests in
+//! flight is kept. Bios, merges and remaps come from classic tracepoints.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
+    EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, LruPerCpuHashMap, PerCpuArray},
     programs::{RawTracePointContext, TracePointContext},
 };
 use pathpilot_common::{
-    CgroupKey, CgroupStats, Config, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
-    DevShared, DevStats, LAT_BUCKETS, Layout, ReqKey, SIZE_BUCKETS, log2,
+    CgroupCache, CgroupKey, CgroupStats, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
+    DevShared, DevStats, LAT_BUCKETS, LAT_CLASS_BUCKETS, LAT_CLASS_LOG2_MIN, Layout, MAX_SLOTS,
+    NO_SLOT, QUEUE_CACHE, QueueSlot, RQ_CHUNK, SIZE_BUCKETS, SLOT_EMPTY, SLOT_PROBES, Slot, log2,
+    size_class, slot_home,
 };
 
-const MAX_DEVICES: u32 = 4096;
-
+/// The watch list (see `Slot`), and its generation: userspace bumps it
+/// after every change, which invalidates the queue caches.
 #[map]
-static STATS: PerCpuHashMap<u32, DevStats> = PerCpuHashMap::with_max_entries(MAX_DEVICES, 0);
+static SLOTS: Array<Slot> = Array::with_max_entries(MAX_SLOTS, 0);
 #[map]
-static SHARED: HashMap<u32, DevShared> = HashMap::with_max_entries(MAX_DEVICES, 0);
-/// Devices to account (value unused) unless CONFIG.watch_all.
+static GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+#[map]
+static STATS: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+#[map]
+static SHARED: Array<DevShared> = Array::with_max_entries(MAX_SLOTS, 0);
 /// Per CPU, the highest device-wide in-flight count this CPU saw at issue;
 /// userspace takes the max over CPUs and zeroes it every interval.
 #[map]
-static PEAK: PerCpuHashMap<u32, i64> = PerCpuHashMap::with_max_entries(MAX_DEVICES, 0);
+static PEAK: PerCpuArray<i64> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+/// Per CPU, request queue -> slot (see `QueueSlot`), direct-mapped.
 #[map]
-static WATCH: HashMap<u32, u8> = HashMap::with_max_entries(MAX_DEVICES, 0);
-/// dm path dev_t -> dm map dev_t, learnt from block_rq_remap.
+static QUEUES: PerCpuArray<QueueSlot> = PerCpuArray::with_max_entries(QUEUE_CACHE, 0);
+/// Per CPU and slot, the last cgroup's bios not yet added to CGROUPS.
 #[map]
-static REMAPS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_DEVICES, 0);
-/// Issue timestamps of requests in flight. A plain preallocated hash (an
-/// LRU map costs a lock per update on this hot path); userspace sweeps out
-/// entries whose completion was never seen.
+static CGCACHE: PerCpuArray<CgroupCache> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+/// (device, cgroup) -> bios and bytes. LRU: bounded however many cgroups
+/// come and go (an entry not updated for long is the one evicted).
 #[map]
-static START: HashMap<ReqKey, u64> = HashMap::with_max_entries(65536, 0);
-
-/// A request found in flight again within this long of its issue is the
-/// same one re-dispatched (see the issue probe).
-const REDISPATCH_NS: u64 = 2_000_000_000;
-/// Marks a START entry whose request the driver put back (requeue): it
-/// is not at the device until issued again. (ktime stays below 2^63.)
-const REQUEUED: u64 = pathpilot_common::START_REQUEUED;
-#[map]
-static CGROUPS: PerCpuHashMap<CgroupKey, CgroupStats> =
-    PerCpuHashMap::with_max_entries(MAX_DEVICES * 4, 0);
-/// A zeroed DevStats to insert from: it is larger than the 512-byte eBPF stack.
-#[map]
-static ZERO: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(1, 0);
+static CGROUPS: LruPerCpuHashMap<CgroupKey, CgroupStats> =
+    LruPerCpuHashMap::with_max_entries(4096, 0);
 
 #[unsafe(no_mangle)]
 static LAYOUT: Layout = Layout::UNSET;
-#[unsafe(no_mangle)]
-static CONFIG: Config = Config {
-    watch_all: 0,
-    _pad: 0,
-};
 
 #[inline(always)]
 fn layout() -> Layout {
@@ -67,10 +62,21 @@ fn layout() -> Layout {
     unsafe { core::ptr::read_volatile(&LAYOUT) }
 }
 
+/// The slot of a watched device.
 #[inline(always)]
-fn watched(dev: u32) -> bool {
-    let cfg = unsafe { core::ptr::read_volatile(&CONFIG) };
-    cfg.watch_all != 0 || unsafe { WATCH.get(&dev) }.is_some()
+fn slot_of(dev: u32) -> Option<u32> {
+    let home = slot_home(dev);
+    for i in 0..SLOT_PROBES {
+        let idx = (home + i) & (MAX_SLOTS - 1);
+        let s = SLOTS.get(idx)?;
+        if s.dev == dev {
+            return Some(idx);
+        }
+        if s.dev == SLOT_EMPTY {
+            return None;
+        }
+    }
+    None
 }
 
 /// An atomic add with no fetch (BPF_ATOMIC | BPF_ADD), which every eBPF
@@ -84,134 +90,154 @@ fn atomic_add(p: &mut i64, v: i64) {
 }
 
 #[inline(always)]
-fn read<T>(ctx: &TracePointContext, off: u32) -> Result<T, i32> {
-    unsafe { ctx.read_at::<T>(off as usize) }
+fn stats(slot: u32) -> Option<&'static mut DevStats> {
+    STATS.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
 }
 
 #[inline(always)]
-fn stats(dev: u32) -> Option<&'static mut DevStats> {
-    if let Some(p) = STATS.get_ptr_mut(&dev) {
-        return Some(unsafe { &mut *p });
-    }
-    let zero = ZERO.get_ptr(0)?;
-    let _ = STATS.insert(&dev, unsafe { &*zero }, BPF_NOEXIST as u64);
-    STATS.get_ptr_mut(&dev).map(|p| unsafe { &mut *p })
+fn shared(slot: u32) -> Option<&'static mut DevShared> {
+    SHARED.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
 }
+
+/// The first `N` 64-bit words of a kernel structure (a `struct request`,
+/// a tracepoint's record), read in one go: each kernel read is a helper
+/// call that costs more than the work done with what it returns, so one
+/// read serves every field.
+struct Words<const N: usize>([u64; N]);
+
+impl<const N: usize> Words<N> {
+    #[inline(always)]
+    fn read(addr: u64) -> Result<Self, i32> {
+        unsafe { bpf_probe_read_kernel(addr as *const [u64; N]) }
+            .map(Words)
+            .map_err(|e| e as i32)
+    }
+
+    #[inline(always)]
+    fn u64_at(&self, off: u32) -> u64 {
+        *self.0.get((off / 8) as usize % N).unwrap_or(&0)
+    }
+
+    #[inline(always)]
+    fn u32_at(&self, off: u32) -> u32 {
+        (self.u64_at(off) >> ((off & 4) * 8)) as u32
+    }
+}
+
+/// What the issue and requeue probes read of a request (its queue, op,
+/// size and position lie in the first 64 bytes), and what the completion
+/// probe reads (the bio pointer and the time stamps too).
+type RqHead = Words<8>;
+type Rq = Words<{ RQ_CHUNK / 8 }>;
+/// The start of a classic tracepoint's record: the fields the probes read
+/// all lie in its first 32 bytes (checked at load).
+type Record = Words<4>;
 
 #[inline(always)]
-fn shared(dev: u32) -> Option<&'static mut DevShared> {
-    if let Some(p) = SHARED.get_ptr_mut(&dev) {
-        return Some(unsafe { &mut *p });
-    }
-    let _ = SHARED.insert(&dev, &DevShared::ZERO, BPF_NOEXIST as u64);
-    SHARED.get_ptr_mut(&dev).map(|p| unsafe { &mut *p })
+fn kread<T>(addr: u64) -> Result<T, i32> {
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.map_err(|e| e as i32)
 }
 
-/// Direction from the `rwbs` string: a leading 'F' is a preflush when a data
-/// op follows it. Requests with no sectors are flushes whatever they say.
+/// The slot of the device a request queue belongs to, through this CPU's
+/// cache of queues: two kernel reads (queue -> disk -> dev_t) only on a
+/// miss, or after the watch list changed.
 #[inline(always)]
-fn direction(rwbs: &[u8; 4], nr_sector: u32) -> usize {
-    // 'N': no block operation (SCSI passthrough such as a checker's TEST
-    // UNIT READY, driver-private requests): neither data nor a flush.
-    if rwbs[0] == b'N' {
-        return DIR_OTHER;
+fn slot_of_queue(l: &Layout, q: u64) -> Option<u32> {
+    let generation = *GENERATION.get(0)?;
+    let idx = ((q >> 10) ^ (q >> 20)) as u32 & (QUEUE_CACHE - 1);
+    let e = unsafe { &mut *QUEUES.get_ptr_mut(idx)? };
+    if e.q != q || e.generation != generation {
+        let disk: u64 = kread(q + l.q_disk as u64).ok()?;
+        let slot = if disk == 0 {
+            None
+        } else {
+            // gendisk's major and first_minor, side by side.
+            let mm: u64 = kread(disk + l.disk_major as u64).ok()?;
+            let dev = ((mm as u32) << 20) | ((mm >> 32) as u32 & 0xf_ffff);
+            slot_of(dev)
+        };
+        e.q = q;
+        e.generation = generation;
+        e.slot = slot.unwrap_or(NO_SLOT);
     }
-    if nr_sector == 0 {
-        return DIR_FLUSH;
-    }
-    let op = if rwbs[0] == b'F' { rwbs[1] } else { rwbs[0] };
-    match op {
-        b'W' => DIR_WRITE,
-        b'D' => DIR_DISCARD,
-        b'R' => DIR_READ,
-        _ => DIR_READ,
+    (e.slot != NO_SLOT).then_some(e.slot)
+}
+
+/// A request's direction from its operation (`enum req_op`).
+#[inline(always)]
+fn direction(l: &Layout, op: u32, data_len: u32) -> usize {
+    if op == l.op_drv_in || op == l.op_drv_out {
+        // SCSI passthrough (a checker's TEST UNIT READY): neither data nor a flush.
+        DIR_OTHER
+    } else if op == l.op_flush || data_len == 0 {
+        DIR_FLUSH
+    } else if op == l.op_discard {
+        DIR_DISCARD
+    } else if op & 1 == l.op_write & 1 {
+        // Writes are odd operations (op_is_write()).
+        DIR_WRITE
+    } else {
+        DIR_READ
     }
 }
 
-#[tracepoint]
-pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
-    let _ = try_rq_issue(&ctx);
+#[raw_tracepoint(tracepoint = "block_rq_issue")]
+pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
+    let _ = try_issue(&ctx);
     0
 }
 
-fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
+fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
     let l = layout();
-    let dev: u32 = read(ctx, l.issue_dev)?;
-    if !watched(dev) {
+    let r = RqHead::read(ctx.arg(0))?;
+    let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
         return Ok(());
-    }
-    let sector: u64 = read(ctx, l.issue_sector)?;
-    let nr: u32 = read(ctx, l.issue_nr_sector)?;
-    let rwbs: [u8; 4] = read(ctx, l.issue_rwbs)?;
-    let dir = direction(&rwbs, nr);
-    let bytes = nr as u64 * 512;
-    let key = ReqKey {
-        dev,
-        _pad: 0,
-        sector,
     };
-    let now_ns = unsafe { bpf_ktime_get_ns() };
-    // A key already in the table is the same request dispatched again: dm
-    // re-dispatches a request each time its clone bounces off a busy path
-    // (hundreds of times a second; through a requeue, which marks the
-    // entry, or straight back), and counting each dispatch made a map's
-    // bytes read 2-6x what was written. It keeps its first issue time, so
-    // latency is what the submitter waited. An old unmarked entry is a
-    // completion never seen: start over.
-    let fresh = START.insert(&key, &now_ns, BPF_NOEXIST as u64).is_ok();
-    if !fresh && let Some(t) = START.get_ptr_mut(&key) {
-        let t0 = unsafe { *t };
-        if t0 & REQUEUED != 0 {
-            // Back at the driver after a requeue: in flight again.
-            unsafe { *t = t0 & !REQUEUED };
-            if let Some(sh) = shared(dev) {
-                atomic_add(&mut sh.inflight, 1);
+    let sh = shared(slot).ok_or(-1)?;
+    // Atomic: issues and completions race on other CPUs.
+    atomic_add(&mut sh.inflight, 1);
+    let now = unsafe { core::ptr::read_volatile(&sh.inflight) };
+    if now == 1 {
+        // Idle until now: the device's silence is measured from here.
+        sh.busy_since_ns = unsafe { bpf_ktime_get_ns() };
+    }
+    if let Some(p) = PEAK.get_ptr_mut(slot) {
+        unsafe {
+            if now > *p {
+                *p = now;
             }
-            return Ok(());
         }
-        if now_ns.saturating_sub(t0) < REDISPATCH_NS {
-            return Ok(());
-        }
-        unsafe { *t = now_ns };
     }
-    let s = stats(dev).ok_or(-1i32)?;
-    if let Some(n) = s.ios.get_mut(dir) {
-        *n += 1;
-    }
-    if let Some(b) = s.bytes.get_mut(dir) {
-        *b += bytes;
-    }
+    let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
+    let len = r.u32_at(l.rq_data_len);
+    let dir = direction(&l, op, len);
     if dir != DIR_FLUSH && dir != DIR_OTHER {
-        if let Some(h) = s.size_hist.get_mut(log2(bytes).min(SIZE_BUCKETS - 1)) {
-            *h += 1;
+        let sector = r.u64_at(l.rq_sector);
+        let s = stats(slot).ok_or(-1)?;
+        if sh.next_sector == sector {
+            s.sequential += 1;
+        } else {
+            s.random += 1;
         }
-    }
-    if let Some(sh) = shared(dev) {
-        // Atomic: issues and completions race on other CPUs.
-        if fresh {
-            atomic_add(&mut sh.inflight, 1);
-        }
-        let now = unsafe { core::ptr::read_volatile(&sh.inflight) };
-        match PEAK.get_ptr_mut(&dev) {
-            Some(p) => unsafe {
-                if now > *p {
-                    *p = now;
-                }
-            },
-            None => {
-                let _ = PEAK.insert(&dev, &now, BPF_NOEXIST as u64);
-            }
-        }
-        if dir != DIR_FLUSH && dir != DIR_OTHER {
-            if sh.next_sector == sector {
-                s.sequential += 1;
-            } else {
-                s.random += 1;
-            }
-            sh.next_sector = sector + nr as u64;
-        }
+        sh.next_sector = sector + (len as u64 >> 9);
     }
     Ok(())
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_requeue")]
+pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
+    let _ = (|| -> Result<(), i32> {
+        let l = layout();
+        let r = RqHead::read(ctx.arg(0))?;
+        let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
+            return Ok(());
+        };
+        // Back to the queue: no longer at the device (issued again later).
+        atomic_add(&mut shared(slot).ok_or(-1)?.inflight, -1);
+        stats(slot).ok_or(-1)?.requeues += 1;
+        Ok(())
+    })();
+    0
 }
 
 /// A raw tracepoint, not a classic one: completions run in hard-IRQ
@@ -222,119 +248,94 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
 /// error, unsigned int nr_bytes).
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
-    let _ = try_rq_complete(&ctx);
+    let _ = try_complete(&ctx);
     0
 }
 
-#[inline(always)]
-fn kread<T>(base: u64, off: u32) -> Result<T, i32> {
-    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.map_err(|e| e as i32)
-}
-
-fn try_rq_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
+fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     let l = layout();
-    let rq: u64 = ctx.arg(0);
+    let r = Rq::read(ctx.arg(0))?;
+    let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
+        return Ok(());
+    };
     let error: u64 = ctx.arg(1);
-    let q: u64 = kread(rq, l.rq_q)?;
-    let disk: u64 = kread(q, l.q_disk)?;
-    if disk == 0 {
+    let nr_bytes = ctx.arg::<u64>(2) as u32;
+    let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
+    let len = r.u32_at(l.rq_data_len);
+    let dir = direction(&l, op, len);
+    // dm ends each request twice: its data as the clone's bios complete,
+    // then the request itself, with nothing left (no bio) and 0 bytes.
+    // Only passthrough requests carry no bio of their own.
+    if r.u64_at(l.rq_bio) == 0 && dir != DIR_OTHER {
         return Ok(());
     }
-    let major: i32 = kread(disk, l.disk_major)?;
-    let minor: i32 = kread(disk, l.disk_first_minor)?;
-    let dev = ((major as u32) << 20) | (minor as u32 & 0xf_ffff);
-    if !watched(dev) {
+    let s = stats(slot).ok_or(-1)?;
+    if let Some(b) = s.bytes.get_mut(dir) {
+        *b += nr_bytes as u64;
+    }
+    // A request completed in pieces (a partial completion) is one request:
+    // counted at the piece that ends it.
+    if nr_bytes < len {
         return Ok(());
     }
-    let raw_sector: u64 = kread(rq, l.rq_sector)?;
-    // As the classic issue tracepoint reports it: no position -> 0.
-    let sector = if raw_sector == u64::MAX {
-        0
-    } else {
-        raw_sector
-    };
-    let key = ReqKey {
-        dev,
-        _pad: 0,
-        sector,
-    };
-    // Only a completion matched to its issue counts: a request completes in
-    // several steps on some devices (dm ends each request twice, the second
-    // time with 0 bytes), and requests issued before the probes were
-    // attached have no issue to match.
-    let Some(t) = (unsafe { START.get(&key) }).copied() else {
-        return Ok(());
-    };
-    let _ = START.remove(&key);
-    // Ended while requeued (failed without a new dispatch): it already
-    // left the in-flight count.
-    let requeued = t & REQUEUED != 0;
-    let t0 = t & !REQUEUED;
-    let lat = unsafe { bpf_ktime_get_ns() }.saturating_sub(t0);
-    let s = stats(dev).ok_or(-1i32)?;
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(n) = s.ios.get_mut(dir) {
+        *n += 1;
+    }
     s.completed += 1;
     if error as u8 != 0 {
         s.errors += 1;
     }
-    s.lat_sum_ns += lat;
-    if let Some(h) = s.lat_hist.get_mut(log2(lat).min(LAT_BUCKETS - 1)) {
-        *h += 1;
+    if dir != DIR_FLUSH && dir != DIR_OTHER {
+        if let Some(h) = s.size_hist.get_mut(log2(len as u64).min(SIZE_BUCKETS - 1)) {
+            *h += 1;
+        }
     }
-    if !requeued && let Some(sh) = shared(dev) {
-        atomic_add(&mut sh.inflight, -1);
+    // Timed from the kernel's own stamp: the issue to the device where the
+    // queue keeps blk-stat, else the request's start (as iostat's await).
+    let io_start = r.u64_at(l.rq_io_start_time_ns);
+    let start = if io_start != 0 {
+        io_start
+    } else {
+        r.u64_at(l.rq_start_time_ns)
+    };
+    if start != 0 && start <= now {
+        let lat = now - start;
+        let b = log2(lat);
+        s.lat_samples += 1;
+        s.lat_sum_ns += lat;
+        if let Some(h) = s.lat_hist.get_mut(b.min(LAT_BUCKETS - 1)) {
+            *h += 1;
+        }
+        let cb = b
+            .saturating_sub(LAT_CLASS_LOG2_MIN)
+            .min(LAT_CLASS_BUCKETS - 1);
+        if let Some(row) = s.lat_by_size.get_mut(size_class(len as u64))
+            && let Some(h) = row.get_mut(cb)
+        {
+            *h += 1;
+        }
     }
+    let sh = shared(slot).ok_or(-1)?;
+    sh.last_complete_ns = now;
+    atomic_add(&mut sh.inflight, -1);
     Ok(())
 }
 
-#[tracepoint]
-pub fn block_rq_requeue(ctx: TracePointContext) -> u32 {
-    let _ = (|| -> Result<(), i32> {
-        let l = layout();
-        let dev: u32 = read(&ctx, l.requeue_dev)?;
-        if !watched(dev) {
-            return Ok(());
-        }
-        let sector: u64 = read(&ctx, l.requeue_sector)?;
-        let s = stats(dev).ok_or(-1i32)?;
-        s.requeues += 1;
-        // The request goes back to the queue: no longer at the device.
-        // Its entry stays, marked, so its next issue is not counted as a
-        // new request and its latency runs from the first issue.
-        let key = ReqKey {
-            dev,
-            _pad: 0,
-            sector,
-        };
-        if let Some(t) = START.get_ptr_mut(&key) {
-            let t0 = unsafe { *t };
-            if t0 & REQUEUED == 0 {
-                unsafe { *t = t0 | REQUEUED };
-                if let Some(sh) = shared(dev) {
-                    atomic_add(&mut sh.inflight, -1);
-                }
-            }
-        }
-        Ok(())
-    })();
-    0
+#[inline(always)]
+fn record(ctx: &TracePointContext) -> Result<Record, i32> {
+    Record::read(ctx.as_ptr() as u64)
 }
 
 /// Counts one event on a watched device, reading only its dev field.
 #[inline(always)]
 fn count(ctx: &TracePointContext, dev_off: u32, f: impl FnOnce(&mut DevStats)) {
-    if let Ok(dev) = read::<u32>(ctx, dev_off) {
-        if watched(dev) {
-            if let Some(s) = stats(dev) {
-                f(s);
-            }
-        }
+    if let Ok(r) = record(ctx)
+        && let Some(slot) = slot_of(r.u32_at(dev_off))
+        && let Some(s) = stats(slot)
+    {
+        f(s);
     }
-}
-
-#[tracepoint]
-pub fn block_rq_insert(ctx: TracePointContext) -> u32 {
-    count(&ctx, layout().insert_dev, |s| s.inserts += 1);
-    0
 }
 
 #[tracepoint]
@@ -357,69 +358,82 @@ pub fn block_bio_frontmerge(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
-    let _ = (|| -> Result<(), i32> {
-        let l = layout();
-        let dev: u32 = read(&ctx, l.bio_queue_dev)?;
-        if !watched(dev) {
-            return Ok(());
-        }
-        let nr: u32 = read(&ctx, l.bio_queue_nr_sector)?;
-        let sector: u64 = read(&ctx, l.bio_queue_sector)?;
-        if let Some(s) = stats(dev) {
-            s.bios += 1;
-            if nr > 0
-                && let Some(sh) = shared(dev)
-            {
-                if sh.next_bio_sector == sector {
-                    s.bio_sequential += 1;
-                } else {
-                    s.bio_random += 1;
-                }
-                sh.next_bio_sector = sector + nr as u64;
-            }
-        }
-        // bio_queue runs in the submitter's context: its cgroup is the one
-        // the I/O is charged to.
-        let key = CgroupKey {
-            dev,
-            _pad: 0,
-            cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        };
-        let add = nr as u64 * 512;
-        if let Some(c) = CGROUPS.get_ptr_mut(&key) {
-            unsafe {
-                (*c).bios += 1;
-                (*c).bytes += add;
-            }
-        } else {
-            let _ = CGROUPS.insert(
-                &key,
-                &CgroupStats {
-                    bios: 1,
-                    bytes: add,
-                },
-                BPF_NOEXIST as u64,
-            );
-        }
-        Ok(())
-    })();
+    let _ = try_bio_queue(&ctx);
     0
+}
+
+fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
+    let l = layout();
+    let r = record(ctx)?;
+    let dev = r.u32_at(l.bio_queue_dev);
+    let Some(slot) = slot_of(dev) else {
+        return Ok(());
+    };
+    let nr = r.u32_at(l.bio_queue_nr_sector);
+    let sector = r.u64_at(l.bio_queue_sector);
+    let bytes = nr as u64 * 512;
+    let s = stats(slot).ok_or(-1)?;
+    s.bios += 1;
+    s.bio_bytes += bytes;
+    if nr > 0 {
+        let sh = shared(slot).ok_or(-1)?;
+        if sh.next_bio_sector == sector {
+            s.bio_sequential += 1;
+        } else {
+            s.bio_random += 1;
+        }
+        sh.next_bio_sector = sector + nr as u64;
+    }
+    // bio_queue runs in the submitter's context: its cgroup is the one the
+    // I/O is charged to. Counted in this CPU's cache until another cgroup
+    // comes along.
+    let id = unsafe { bpf_get_current_cgroup_id() };
+    let c = unsafe { &mut *CGCACHE.get_ptr_mut(slot).ok_or(-1)? };
+    if c.cgroup_id != id {
+        if c.cgroup_id != 0 && c.bios != 0 {
+            let key = CgroupKey {
+                dev,
+                _pad: 0,
+                cgroup_id: c.cgroup_id,
+            };
+            if let Some(e) = CGROUPS.get_ptr_mut(&key) {
+                unsafe {
+                    (*e).bios += c.bios;
+                    (*e).bytes += c.bytes;
+                }
+            } else {
+                let _ = CGROUPS.insert(
+                    &key,
+                    &CgroupStats {
+                        bios: c.bios,
+                        bytes: c.bytes,
+                    },
+                    BPF_NOEXIST as u64,
+                );
+            }
+        }
+        c.cgroup_id = id;
+        c.bios = 0;
+        c.bytes = 0;
+    }
+    c.bios += 1;
+    c.bytes += bytes;
+    Ok(())
 }
 
 #[tracepoint]
 pub fn block_rq_remap(ctx: TracePointContext) -> u32 {
     let _ = (|| -> Result<(), i32> {
         let l = layout();
-        let path: u32 = read(&ctx, l.remap_dev)?;
-        let map: u32 = read(&ctx, l.remap_old_dev)?;
-        if !watched(path) && !watched(map) {
+        let r = record(&ctx)?;
+        let Some(slot) = slot_of(r.u32_at(l.remap_dev)) else {
             return Ok(());
-        }
-        if unsafe { REMAPS.get(&path) }.copied() != Some(map) {
-            let _ = REMAPS.insert(&path, &map, 0);
-        }
-        if let Some(s) = stats(path) {
-            s.remapped += 1;
+        };
+        let map = r.u32_at(l.remap_old_dev);
+        stats(slot).ok_or(-1)?.remapped += 1;
+        let sh = shared(slot).ok_or(-1)?;
+        if sh.remapped_from != map {
+            sh.remapped_from = map;
         }
         Ok(())
     })();

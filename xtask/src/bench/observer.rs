@@ -1,6 +1,14 @@
-//! Observer overhead: the same fio job with and without `pathpilot stat`
-//! attached, alternated so drift on this shared machine hits both sides.
+//! Observer cost on the host: the same fio job bare, under `pathpilot stat`,
+//! and under bpftrace's classic biolatency (issue and complete tracepoints,
+//! a hash keyed by device and sector: what users already run), rotated
+//! within each round so drift on this shared machine hits every side. The
+//! kernel's own accounting (`kernel.bpf_stats_enabled`) gives each tool's
+//! eBPF time: run_time_ns summed over its programs, divided by fio's I/Os.
+//! With `--baseline-rev REV`, the pathpilot of another commit runs in the
+//! same rounds (before and after, measured alike).
 use std::{
+    collections::BTreeMap,
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -13,20 +21,33 @@ use super::{median, save};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Pairs of runs (detached, attached).
+    /// Rounds; each runs every configuration once, in rotated order.
     #[arg(long, default_value_t = 5)]
     rounds: u32,
     /// Seconds per fio run.
     #[arg(long, default_value_t = 6)]
     secs: u64,
-    /// A one-minute collector run for CPU and memory after the pairs.
+    /// A one-minute collector run for CPU and memory after the rounds.
     #[arg(long, default_value_t = 60)]
     collector_secs: u64,
+    /// Also measure the pathpilot of this git revision (built into
+    /// target/bench-baseline), e.g. the commit before an observer change.
+    #[arg(long)]
+    baseline_rev: Option<String>,
 }
+
+/// biolatency as bpftrace's tools had it before block_io_* tracepoints:
+/// the classic issue and complete tracepoints, a hash keyed by dev, sector.
+const BIOLATENCY: &str = r#"tracepoint:block:block_rq_issue { @start[args->dev, args->sector] = nsecs; }
+tracepoint:block:block_rq_complete /@start[args->dev, args->sector]/ {
+  @usecs = hist((nsecs - @start[args->dev, args->sector]) / 1000);
+  delete(@start[args->dev, args->sector]);
+}
+"#;
 
 struct Loop {
     dev: String,
-    image: std::path::PathBuf,
+    image: PathBuf,
 }
 
 impl Drop for Loop {
@@ -36,7 +57,8 @@ impl Drop for Loop {
     }
 }
 
-fn fio_iops(dev: &str, secs: u64) -> Result<f64> {
+/// (IOPS, I/Os) of one fio run.
+fn fio(dev: &str, secs: u64) -> Result<(f64, u64)> {
     let out = output(Command::new("fio").args([
         "--name=bench",
         &format!("--filename={dev}"),
@@ -51,34 +73,149 @@ fn fio_iops(dev: &str, secs: u64) -> Result<f64> {
         "--output-format=json",
     ]))?;
     let v: serde_json::Value = serde_json::from_str(&out).context("fio json")?;
-    v["jobs"][0]["read"]["iops"]
-        .as_f64()
-        .context("fio printed no read iops")
+    let r = &v["jobs"][0]["read"];
+    Ok((
+        r["iops"].as_f64().context("fio iops")?,
+        r["total_ios"].as_u64().context("fio total_ios")?,
+    ))
 }
 
-fn start_stat(bin: &std::path::Path, dev: &str) -> Result<Child> {
-    let mut c = Command::new(bin)
-        .args(["stat", dev, "--interval", "1s", "--json"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    // Wait for "observing ..." so the probes are attached before fio starts.
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(c.stderr.take().context("stderr")?).read_line(&mut line)?;
-    if !line.contains("observing") {
-        bail!("pathpilot stat did not start: {line}");
+/// A tool attached to the block tracepoints while fio runs.
+#[derive(Clone, Debug, PartialEq)]
+enum Tool {
+    Bare,
+    Pathpilot(PathBuf),
+    Baseline(PathBuf),
+    Biolatency,
+}
+
+impl Tool {
+    fn name(&self) -> &'static str {
+        match self {
+            Tool::Bare => "bare",
+            Tool::Pathpilot(_) => "pathpilot",
+            Tool::Baseline(_) => "pathpilot (baseline)",
+            Tool::Biolatency => "biolatency",
+        }
     }
-    Ok(c)
+
+    /// Starts the tool and waits until its programs are attached.
+    fn start(&self, dev: &str) -> Result<Option<Child>> {
+        let mut c = match self {
+            Tool::Bare => return Ok(None),
+            Tool::Pathpilot(bin) | Tool::Baseline(bin) => Command::new(bin)
+                .args(["stat", dev, "--interval", "1s", "--json"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?,
+            Tool::Biolatency => Command::new("bpftrace")
+                .args(["-e", BIOLATENCY])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("bpftrace (cargo xtask setup installs it)")?,
+        };
+        use std::io::BufRead;
+        let mut line = String::new();
+        // pathpilot says "observing" on stderr, bpftrace "Attaching N probes" on stdout.
+        let (want, r): (&str, Box<dyn std::io::Read + Send>) = match self {
+            Tool::Biolatency => ("Attaching", Box::new(c.stdout.take().context("stdout")?)),
+            _ => ("observing", Box::new(c.stderr.take().context("stderr")?)),
+        };
+        let mut r = std::io::BufReader::new(r);
+        let t = Instant::now();
+        while !line.contains(want) {
+            line.clear();
+            if r.read_line(&mut line)? == 0 || t.elapsed() > Duration::from_secs(30) {
+                bail!("{} did not start", self.name());
+            }
+        }
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+        // bpftrace prints before its programs are all attached.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(Some(c))
+    }
 }
 
-fn stop(mut c: Child) -> Result<()> {
-    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-    let st = c.wait()?;
-    if !st.success() {
-        bail!("pathpilot stat exited with {st}");
+fn stop(c: Option<Child>) -> Result<()> {
+    if let Some(mut c) = c {
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        c.wait()?;
     }
     Ok(())
+}
+
+/// (name, run_time_ns, run_cnt) of the programs a process holds.
+fn programs_of(pid: u32) -> Result<BTreeMap<u32, (String, u64, u64)>> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))?.flatten() {
+        if let Ok(t) = std::fs::read_to_string(e.path()) {
+            ids.extend(t.lines().filter_map(|l| {
+                l.strip_prefix("prog_id:")
+                    .and_then(|v| v.trim().parse::<u32>().ok())
+            }));
+        }
+    }
+    let all: serde_json::Value = serde_json::from_str(&output(
+        Command::new("bpftool").args(["-j", "prog", "show"]),
+    )?)?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let id = p["id"].as_u64()? as u32;
+            ids.contains(&id).then(|| {
+                (
+                    id,
+                    (
+                        p["name"].as_str().unwrap_or("").to_string(),
+                        p["run_time_ns"].as_u64().unwrap_or(0),
+                        p["run_cnt"].as_u64().unwrap_or(0),
+                    ),
+                )
+            })
+        })
+        .collect())
+}
+
+/// One measured run.
+struct Run {
+    iops: f64,
+    ns_per_io: f64,
+    /// Program name -> (ns per run, runs per I/O).
+    programs: BTreeMap<String, (f64, f64)>,
+}
+
+fn measure(tool: &Tool, dev: &str, secs: u64) -> Result<Run> {
+    let child = tool.start(dev)?;
+    let pid = child.as_ref().map(|c| c.id());
+    let before = pid.map(programs_of).transpose()?.unwrap_or_default();
+    let r = fio(dev, secs);
+    let after = pid.map(programs_of).transpose()?.unwrap_or_default();
+    stop(child)?;
+    let (iops, ios) = r?;
+    let mut total = 0u64;
+    let mut programs = BTreeMap::new();
+    for (id, (name, t1, c1)) in &after {
+        let (t0, c0) = before.get(id).map_or((0, 0), |(_, t, c)| (*t, *c));
+        let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+        total += dt;
+        if dc > 0 {
+            programs.insert(
+                name.clone(),
+                (dt as f64 / dc as f64, dc as f64 / ios.max(1) as f64),
+            );
+        }
+    }
+    Ok(Run {
+        iops,
+        ns_per_io: total as f64 / ios.max(1) as f64,
+        programs,
+    })
 }
 
 /// utime + stime in seconds, from /proc/PID/stat.
@@ -106,9 +243,62 @@ fn status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| field.to_string())
 }
 
+/// Builds the pathpilot of `rev` in a worktree of its own.
+fn build_baseline(rev: &str) -> Result<PathBuf> {
+    let root = workspace_root();
+    let tree = root.join("target/bench-baseline/src");
+    let _ = Command::new("git")
+        .current_dir(&root)
+        .args(["worktree", "remove", "--force"])
+        .arg(&tree)
+        .status();
+    run_cmd(
+        Command::new("git")
+            .current_dir(&root)
+            .args(["worktree", "add", "--detach"])
+            .arg(&tree)
+            .arg(rev),
+    )?;
+    println!("bench observer: building the baseline {rev} (a separate target dir)");
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .current_dir(&tree)
+            .env(
+                "CARGO_TARGET_DIR",
+                root.join("target/bench-baseline/target"),
+            )
+            .args(["build", "--release", "-p", "pathpilot"]),
+    )?;
+    Ok(root.join("target/bench-baseline/target/release/pathpilot"))
+}
+
+/// The IOPS lost under a tool, over the rounds: median and spread (max -
+/// min, points). A median within its own spread, or below zero, says
+/// nothing: inconclusive.
+fn loss(bare: &[f64], with: &[f64]) -> (f64, f64, bool) {
+    let mut v: Vec<f64> = bare
+        .iter()
+        .zip(with)
+        .map(|(b, w)| (1.0 - w / b) * 100.0)
+        .collect();
+    let spread =
+        v.iter().cloned().fold(f64::MIN, f64::max) - v.iter().cloned().fold(f64::MAX, f64::min);
+    let m = median(&mut v);
+    (m, spread, m > 0.0 && spread <= m)
+}
+
 pub fn run(args: Args) -> Result<()> {
-    run_build()?;
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .current_dir(workspace_root())
+            .args(["build", "--release", "-p", "pathpilot"]),
+    )?;
     let bin = workspace_root().join("target/release/pathpilot");
+    let mut tools = vec![Tool::Bare, Tool::Pathpilot(bin.clone()), Tool::Biolatency];
+    if let Some(rev) = &args.baseline_rev {
+        tools.push(Tool::Baseline(build_baseline(rev)?));
+    }
+    run_cmd(Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=1"]))?;
     // The backing file lives in the page cache, so the loop device answers
     // from memory and the probes' own cost is what shows.
     let image = std::env::temp_dir().join(format!("pathpilot-bench-{}.img", std::process::id()));
@@ -122,51 +312,113 @@ pub fn run(args: Args) -> Result<()> {
     .to_string();
     let lo = Loop { dev, image };
     println!(
-        "bench observer: {} rounds x 2 runs of {} s of fio 4 KiB random reads (psync, O_DIRECT) on {} (page-cache backed)",
-        args.rounds, args.secs, lo.dev
+        "bench observer: {} rounds of {} s fio 4 KiB random reads (psync, O_DIRECT) on {} \
+         (page-cache backed), each of: {}",
+        args.rounds,
+        args.secs,
+        lo.dev,
+        tools.iter().map(Tool::name).collect::<Vec<_>>().join(", ")
     );
-    fio_iops(&lo.dev, 2)?; // warm-up
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for r in 0..args.rounds {
-        // Alternate which side goes first so slow drift cancels out.
-        for attached in if r % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        } {
-            let iops = if attached {
-                let c = start_stat(&bin, &lo.dev)?;
-                let v = fio_iops(&lo.dev, args.secs);
-                stop(c)?;
-                v?
-            } else {
-                fio_iops(&lo.dev, args.secs)?
-            };
+    fio(&lo.dev, 2)?; // warm-up
+    let mut runs: BTreeMap<&'static str, Vec<Run>> = BTreeMap::new();
+    for r in 0..args.rounds as usize {
+        let mut order = tools.clone();
+        order.rotate_left(r % tools.len());
+        for t in &order {
+            let m = measure(t, &lo.dev, args.secs)?;
             println!(
-                "  round {} {:<8} {:>10.0} IOPS",
+                "  round {} {:<22} {:>9.0} IOPS {:>7.0} ns of eBPF per I/O",
                 r + 1,
-                if attached { "attached" } else { "detached" },
-                iops
+                t.name(),
+                m.iops,
+                m.ns_per_io
             );
-            if attached {
-                on.push(iops)
-            } else {
-                off.push(iops)
-            }
+            runs.entry(t.name()).or_default().push(m);
         }
     }
-    let (m_off, m_on) = (median(&mut off), median(&mut on));
-    let lost_pct = (1.0 - m_on / m_off) * 100.0;
+    let col = |name: &str, f: &dyn Fn(&Run) -> f64| -> Vec<f64> {
+        runs.get(name)
+            .map(|v| v.iter().map(f).collect())
+            .unwrap_or_default()
+    };
+    let bare = col("bare", &|r| r.iops);
+    println!();
+    println!(
+        "{:<22} {:>10} {:>12} {:>12} {:>9}",
+        "configuration", "IOPS", "eBPF ns/I/O", "IOPS lost", "spread"
+    );
+    let mut table = vec![];
+    let mut ns = BTreeMap::new();
+    for t in &tools {
+        let name = t.name();
+        let mut iops = col(name, &|r| r.iops);
+        let mut n = col(name, &|r| r.ns_per_io);
+        let (lost, spread, conclusive) = if *t == Tool::Bare {
+            (0.0, 0.0, true)
+        } else {
+            loss(&bare, &iops)
+        };
+        let ns_m = median(&mut n);
+        ns.insert(name, ns_m);
+        let lost_s = if *t == Tool::Bare {
+            "-".to_string()
+        } else if conclusive {
+            format!("{lost:.1}%")
+        } else {
+            format!("{lost:.1}% (inconclusive)")
+        };
+        println!(
+            "{:<22} {:>10.0} {:>12.0} {:>12} {:>8.1}",
+            name,
+            median(&mut iops),
+            ns_m,
+            lost_s,
+            spread
+        );
+        table.push(json!({
+            "configuration": name, "iops": iops, "ns_per_io": n, "ns_per_io_median": ns_m,
+            "iops_lost_pct": lost, "iops_lost_spread": spread, "iops_lost_conclusive": conclusive,
+        }));
+    }
+    // Per program, from the last round (they barely move between rounds).
+    println!();
+    for (name, v) in &runs {
+        if let Some(last) = v.last().filter(|r| !r.programs.is_empty()) {
+            let p: Vec<String> = last
+                .programs
+                .iter()
+                .map(|(n, (t, k))| format!("{n} {t:.0} ns x {k:.2}"))
+                .collect();
+            println!("{name:<22} {}", p.join(", "));
+        }
+    }
+    let pp = ns["pathpilot"];
+    let anchor = ns["biolatency"];
+    println!();
+    println!(
+        "target {}: pathpilot's eBPF per I/O <= biolatency's: {pp:.0} vs {anchor:.0} ns ({:.2}x)",
+        if pp <= anchor { "met" } else { "MISSED" },
+        pp / anchor
+    );
+    if let Some(base) = ns.get("pathpilot (baseline)") {
+        println!(
+            "target {}: a fifth of the baseline's: {pp:.0} vs {base:.0} ns ({:.2}x less)",
+            if pp * 5.0 <= *base { "met" } else { "MISSED" },
+            base / pp
+        );
+    }
 
     println!(
         "bench observer: collector at 1 s interval for {} s under the same load",
         args.collector_secs
     );
-    let c = start_stat(&bin, &lo.dev)?;
+    let c = Tool::Pathpilot(bin)
+        .start(&lo.dev)?
+        .context("pathpilot stat")?;
     let pid = c.id();
     let cpu0 = cpu_seconds(pid)?;
     let t0 = Instant::now();
-    let mut fio = Command::new("fio")
+    let mut load = Command::new("fio")
         .args([
             "--name=load",
             &format!("--filename={}", lo.dev),
@@ -180,10 +432,8 @@ pub fn run(args: Args) -> Result<()> {
         ])
         .stdout(Stdio::null())
         .spawn()?;
-    // The steady state (after loading) and the all-time peak, which aya's
-    // loader sets while it parses the kernel BTF.
     let mut rss = 0;
-    while fio.try_wait()?.is_none() {
+    while load.try_wait()?.is_none() {
         rss = rss.max(status_kib(pid, "VmRSS")?);
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -191,20 +441,14 @@ pub fn run(args: Args) -> Result<()> {
     let elapsed = t0.elapsed().as_secs_f64();
     let hwm = status_kib(pid, "VmHWM")?;
     rss = rss.max(status_kib(pid, "VmRSS")?);
-    stop(c)?;
+    stop(Some(c))?;
     let cpu_per_min = cpu / elapsed * 60.0;
-
-    println!();
-    println!("{:<34} {:>12}", "figure", "value");
-    println!("{:<34} {:>12.0}", "IOPS detached (median)", m_off);
-    println!("{:<34} {:>12.0}", "IOPS attached (median)", m_on);
-    println!("{:<34} {:>12.3}", "attached / detached", m_on / m_off);
-    println!("{:<34} {:>11.2}%  (target <= 3%)", "IOPS lost", lost_pct);
-    println!("{:<34} {:>12.3}", "collector CPU s per minute", cpu_per_min);
+    println!("{:<34} {:>9.3}", "collector CPU s per minute", cpu_per_min);
     println!(
-        "{:<34} {:>9.1} MiB  (target < 20 MiB)",
+        "{:<34} {:>9.1} MiB  (steady {:.1} MiB; target < 20 MiB)",
         "collector peak RSS",
-        hwm as f64 / 1024.0
+        hwm as f64 / 1024.0,
+        rss as f64 / 1024.0
     );
     let path = save(
         "observer",
@@ -212,12 +456,7 @@ pub fn run(args: Args) -> Result<()> {
             "bench": "observer",
             "rounds": args.rounds,
             "secs": args.secs,
-            "iops_detached": off,
-            "iops_attached": on,
-            "iops_detached_median": m_off,
-            "iops_attached_median": m_on,
-            "ratio": m_on / m_off,
-            "iops_lost_pct": lost_pct,
+            "configurations": table,
             "collector_cpu_s_per_min": cpu_per_min,
             "collector_rss_running_max_mib": rss as f64 / 1024.0,
             "collector_peak_rss_mib": hwm as f64 / 1024.0,
@@ -227,10 +466,17 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn run_build() -> Result<()> {
-    run_cmd(
-        Command::new(env!("CARGO"))
-            .current_dir(workspace_root())
-            .args(["build", "--release", "-p", "pathpilot"]),
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loss_within_its_spread_is_inconclusive() {
+        let (m, s, ok) = loss(&[100.0, 100.0, 100.0], &[90.0, 91.0, 89.0]);
+        assert!((m - 10.0).abs() < 1e-9 && (s - 2.0).abs() < 1e-9 && ok);
+        let (_, _, ok) = loss(&[100.0, 100.0, 100.0], &[99.0, 104.0, 98.0]);
+        assert!(!ok, "spread 6 points around a loss of 1");
+        let (m, _, ok) = loss(&[100.0, 100.0, 100.0], &[101.0, 102.0, 101.0]);
+        assert!(m < 0.0 && !ok, "faster with the observer is noise");
+    }
 }

@@ -32,7 +32,9 @@ use super::{
     },
     shared::{Change, Shared},
     state::State,
-    status::{DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, Totals},
+    status::{
+        DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
+    },
 };
 use crate::{
     blockdev::DevNum,
@@ -239,6 +241,16 @@ fn rates_of(i: &DeviceInterval) -> Rates {
         inflight_max: i.inflight_max,
         util_pct: i.util_pct,
         seq_pct: (n > 0).then(|| (i.sequential_ios as f64 / n as f64 * 1000.0).round() / 10.0),
+        lat_by_size: i
+            .lat_by_size
+            .iter()
+            .map(|c| SizeLatency {
+                class: c.class.to_string(),
+                samples: c.samples,
+                p50_us: c.p50_us,
+                p99_us: c.p99_us,
+            })
+            .collect(),
     }
 }
 
@@ -536,15 +548,15 @@ impl Engine {
     /// an operator failed).
     fn run_checkers(&mut self, now: Instant) {
         let (maps, obs) = (&self.maps, &self.obs);
-        let mut oldest = |name: &str| {
+        let mut silent = |name: &str| {
             let dev = maps
                 .iter()
                 .flat_map(|m| m.paths.iter())
                 .find(|p| p.name == name)?
                 .dev;
-            obs.oldest_inflight(dev)
+            obs.silence(dev)
         };
-        let (changes, notes) = self.checkers.tick(now, &mut oldest);
+        let (changes, notes) = self.checkers.tick(now, &mut silent);
         for n in notes {
             say!("checker: {n}");
         }
@@ -675,7 +687,7 @@ impl Engine {
     /// behind the daemon's back, then the tuners.
     fn window(&mut self) -> Result<()> {
         let cur = self.obs.snapshot()?;
-        let oldest = self.obs.oldest_inflight_all();
+        let silent = self.obs.silences();
         let t = self.t();
         for mi in 0..self.maps.len() {
             let m = &mut self.maps[mi];
@@ -711,7 +723,7 @@ impl Engine {
                 .filter(|(_, b)| **b > 0)
                 .map(|(k, v)| (*k, *v))
                 .collect();
-            let bio_bytes: u64 = cg.values().sum();
+            let bio_bytes = mi_int.bio_bytes;
             // The tuner sees the paths it tunes.
             let tuned = m.tuned_paths();
             let tuned_pis: Vec<DeviceInterval> = m
@@ -738,7 +750,7 @@ impl Engine {
                 .paths
                 .iter()
                 .filter_map(|p| {
-                    let age = oldest.get(&p.dev)?.as_secs_f64();
+                    let age = silent.get(&p.dev)?.as_secs_f64();
                     (age >= STALLED_S).then(|| (p.name.clone(), age))
                 })
                 .collect();
