@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::{Args as ClapArgs, Subcommand};
-use xtask::testbed::{Config, Link, Testbed};
+use xtask::testbed::{AluaSpec, Backstore, Config, Link, Testbed};
 
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -52,6 +52,24 @@ pub struct Opts {
     /// Host directory mounted at /share in the guest (9p).
     #[arg(long)]
     share: Option<PathBuf>,
+    /// An ALUA array (LIO) in front of the paths: one port per item,
+    /// GROUP:STATE (ao optimized, an non-optimized, standby, unavailable),
+    /// e.g. `10:ao,20:an`. In the guest, `pp-alua state GROUP CODE` and
+    /// `pp-alua move PORT GROUP` change it while the VM runs (codes: 0
+    /// optimized, 1 non-optimized, 2 standby, 3 unavailable).
+    #[arg(long, value_parser = parse_alua)]
+    alua: Option<AluaSpec>,
+    /// With --alua: one ramdisk of this many MiB behind every port instead
+    /// of one LIO device over each (capped) path.
+    #[arg(long)]
+    alua_ramdisk: Option<u64>,
+    /// With --alua: the delay LIO adds to each command on a non-optimized port.
+    #[arg(long, default_value_t = 20)]
+    nonop_delay_ms: u32,
+}
+
+fn parse_alua(s: &str) -> Result<AluaSpec, String> {
+    AluaSpec::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 impl Opts {
@@ -66,6 +84,13 @@ impl Opts {
             cmd_timeout: Duration::from_secs(self.timeout),
             share: self.share,
             interactive,
+            alua: self.alua.map(|mut a| {
+                a.nonop_delay_ms = self.nonop_delay_ms;
+                if let Some(mib) = self.alua_ramdisk {
+                    a.backstore = Backstore::Ramdisk(mib);
+                }
+                a
+            }),
             ..Config::default()
         }
     }

@@ -42,6 +42,11 @@ pub struct PathView {
     pub args: Vec<String>,
     /// The selector's per-path status, as the kernel prints it.
     pub info: Vec<String>,
+    /// On an ALUA array: the port's access state (`active/optimized`, ...).
+    pub alua: Option<String>,
+    /// ... and the priority multipath-tools' alua prioritizer gives it.
+    #[serde(skip)]
+    pub alua_prio: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,8 +55,10 @@ pub struct GroupView {
     pub number: usize,
     /// `service-time 0`: the selector and its group arguments.
     pub policy: String,
-    /// Table order as priority: the first group gets the highest.
-    pub prio: usize,
+    /// On an ALUA array, the best priority of its paths as multipath-tools'
+    /// alua prioritizer gives them (50 optimized, 10 non-optimized, ...);
+    /// otherwise the table order: the first group gets the highest.
+    pub prio: u32,
     /// `active`, `enabled` or `disabled`.
     pub status: String,
     pub paths: Vec<PathView>,
@@ -119,7 +126,7 @@ pub fn build(info: &MapInfo, table: &MultipathTable, status: &MultipathStatus) -
         .enumerate()
         .map(|(i, g)| {
             let gs = status.groups.get(i);
-            let paths = g
+            let paths: Vec<PathView> = g
                 .paths
                 .iter()
                 .map(|p| {
@@ -162,6 +169,11 @@ pub fn build(info: &MapInfo, table: &MultipathTable, status: &MultipathStatus) -
                         fail_count: st.map_or(0, |s| s.fail_count),
                         args: path_args(table, p.dev),
                         info: st.map(|s| s.info.clone()).unwrap_or_default(),
+                        alua: dev
+                            .as_ref()
+                            .and_then(|d| d.alua)
+                            .map(|a| a.state.name().to_string()),
+                        alua_prio: dev.as_ref().and_then(|d| d.alua).map(|a| a.prio()),
                     }
                 })
                 .collect();
@@ -170,10 +182,11 @@ pub fn build(info: &MapInfo, table: &MultipathTable, status: &MultipathStatus) -
                 g.selector_args.len().to_string(),
             ];
             policy.extend(g.selector_args.iter().cloned());
+            let alua_prio = paths.iter().filter_map(|p: &PathView| p.alua_prio).max();
             GroupView {
                 number: i + 1,
                 policy: policy.join(" "),
-                prio: table.groups.len() - i,
+                prio: alua_prio.unwrap_or((table.groups.len() - i) as u32),
                 status: match gs.map(|s| s.state) {
                     Some(GroupState::Active) => "active",
                     Some(GroupState::Enabled) => "enabled",
@@ -254,7 +267,7 @@ pub fn render(m: &MapView) -> String {
         let np = g.paths.len();
         for (pi, p) in g.paths.iter().enumerate() {
             out.push_str(&format!(
-                "{} {}- {} {} {} {} {} {}\n",
+                "{} {}- {} {} {} {} {} {}{}\n",
                 if last_g { ' ' } else { '|' },
                 if pi + 1 == np { '`' } else { '|' },
                 p.hctl,
@@ -262,7 +275,11 @@ pub fn render(m: &MapView) -> String {
                 p.dev,
                 p.dm_state,
                 p.checker,
-                p.online
+                p.online,
+                p.alua
+                    .as_deref()
+                    .map(|a| format!(" {a}"))
+                    .unwrap_or_default()
             ));
         }
     }

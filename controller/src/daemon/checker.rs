@@ -7,6 +7,8 @@
 //! still completing commands: a path saturated at a low queue_depth keeps
 //! the check waiting behind queued I/O, and failing it for that would take
 //! a working path away under load.
+use super::tur::{self, Tur};
+use crate::discovery::alua::{AccessState, Alua};
 use std::{
     collections::HashMap,
     fs::File,
@@ -52,6 +54,15 @@ pub struct Report {
 
 /// Reads one aligned block from the device, bypassing the page cache.
 pub fn check_once(name: &str) -> Result<(), String> {
+    let sys = std::path::Path::new("/sys/class/block").join(name);
+    Alua::refresh_if_refused(&sys);
+    if Alua::read(&sys).is_some_and(|a| a.state == AccessState::Standby) {
+        // Reads fail on a standby port by design: ask the array instead.
+        return match tur::test_unit_ready(name, 30_000)? {
+            Tur::Ready | Tur::Standby => Ok(()),
+            Tur::Down(why) => Err(format!("/dev/{name}: {why}")),
+        };
+    }
     let dev = format!("/dev/{name}");
     let f = std::fs::OpenOptions::new()
         .read(true)

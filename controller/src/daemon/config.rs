@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::{
     discovery::{Filter, Rule},
-    mpath::Selector,
+    mpath::{Selector, grouping::Grouping},
     tuner::{self, Mode},
 };
 
@@ -39,6 +39,9 @@ pub struct MapsConfig {
     pub min_paths: usize,
     /// Selector of the maps pathpilot creates.
     pub selector: String,
+    /// multipath.conf's path_grouping_policy for the maps pathpilot
+    /// creates; unset: group_by_prio on ALUA arrays, multibus otherwise.
+    pub path_grouping_policy: Option<String>,
     /// `queue_if_no_path` on created maps: I/O waits for a path to return
     /// instead of failing.
     pub queue_if_no_path: bool,
@@ -108,6 +111,7 @@ impl Default for MapsConfig {
             create: true,
             min_paths: 2,
             selector: "service-time".into(),
+            path_grouping_policy: None,
             queue_if_no_path: true,
             no_path_retry_secs: None,
             adopt: vec![],
@@ -236,6 +240,11 @@ impl Config {
                 ),
             );
         }
+        if let Some(g) = &self.maps.path_grouping_policy
+            && let Err(e) = g.parse::<Grouping>()
+        {
+            return bad("path_grouping_policy", e);
+        }
         if let Some(s) = self.maps.no_path_retry_secs
             && !(0.0..=86400.0).contains(&s)
         {
@@ -310,6 +319,16 @@ impl Config {
             rules(&self.filter.deny)?,
             rules(&self.filter.allow)?,
         ))
+    }
+
+    /// The grouping of a new map: the configured one, else group_by_prio
+    /// on an ALUA array (`alua`), multibus otherwise.
+    pub fn grouping(&self, alua: bool) -> Grouping {
+        match self.maps.path_grouping_policy.as_deref().map(str::parse) {
+            Some(Ok(g)) => g,
+            _ if alua => Grouping::GroupByPrio,
+            _ => Grouping::Multibus,
+        }
     }
 
     pub fn tuner(&self) -> tuner::Config {
@@ -422,6 +441,13 @@ pub const KEYS: &[KeyDoc] = &[
         default: |c| Some(toml_str(&c.maps.selector)),
         example: None,
         doc: "round-robin | queue-length | service-time | historical-service-time",
+    },
+    KeyDoc {
+        section: "maps",
+        key: "path_grouping_policy",
+        default: |c| c.maps.path_grouping_policy.as_deref().map(toml_str),
+        example: Some("\"group_by_prio\""),
+        doc: "failover | multibus | group_by_prio | group_by_tpg (unset: group_by_prio on ALUA arrays, else multibus)",
     },
     KeyDoc {
         section: "maps",
@@ -660,6 +686,12 @@ allow = ["wwid=^3500"]
                 .no_path_retry_secs,
             Some(30.0)
         );
+        let e = Config::parse("[maps]\npath_grouping_policy = \"by_luck\"").unwrap_err();
+        assert!(e.contains("line 2: path_grouping_policy: unknown"), "{e}");
+        let c = Config::parse("[maps]\npath_grouping_policy = \"failover\"").unwrap();
+        assert_eq!(c.grouping(true), Grouping::Failover);
+        assert_eq!(Config::default().grouping(true), Grouping::GroupByPrio);
+        assert_eq!(Config::default().grouping(false), Grouping::Multibus);
         let e = Config::parse("[checker]\ntimeout_secs = -1").unwrap_err();
         assert!(e.contains("line 2: timeout_secs"), "{e}");
         let e = Config::parse("[filter]\ndeny = [\"nonsense\"]").unwrap_err();

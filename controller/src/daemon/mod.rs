@@ -14,3 +14,4 @@ pub mod shared;
 pub mod socket;
 pub mod state;
 pub mod status;
+pub mod tur;

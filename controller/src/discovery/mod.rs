@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::blockdev::DevNum;
 
+pub mod alua;
 pub mod filter;
 pub mod naming;
 pub mod vpd;
@@ -50,6 +51,8 @@ pub struct PathDevice {
     pub state: Option<String>,
     /// Devices stacked on this one (`dm-0`).
     pub holders: Vec<String>,
+    /// The path's ALUA state, on an array that reports one.
+    pub alua: Option<alua::Alua>,
 }
 
 impl PathDevice {
@@ -83,6 +86,7 @@ impl PathDevice {
                 .unwrap_or(0),
             state: read_trim(&devdir.join("state")),
             holders: list_dir(&sys.join("holders")),
+            alua: alua::Alua::read(&sys),
         })
     }
 

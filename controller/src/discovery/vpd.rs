@@ -9,6 +9,9 @@ const EUI64: u8 = 2;
 const NAA: u8 = 3;
 const SCSI_NAME: u8 = 8;
 
+/// A target port group designator (of the target port, association 1).
+const TARGET_PORT_GROUP: u8 = 5;
+
 /// Code sets.
 const BINARY: u8 = 1;
 const ASCII: u8 = 2;
@@ -96,6 +99,15 @@ pub fn wwid_from_pg83(page: &[u8]) -> Option<String> {
 
 /// The WWID from the kernel's `device/wwid` attribute (`naa.5000c5...`,
 /// `eui.…`, `t10.…`), in `scsi_id`'s form.
+/// The target port group the page's port belongs to (ALUA arrays report
+/// it as a designator of the target port).
+pub fn target_port_group(page: &[u8]) -> Option<u16> {
+    designators(page)
+        .into_iter()
+        .find(|d| d.kind == TARGET_PORT_GROUP && d.association == 1 && d.data.len() >= 4)
+        .map(|d| u16::from_be_bytes([d.data[2], d.data[3]]))
+}
+
 pub fn wwid_from_sysfs_wwid(s: &str) -> Option<String> {
     let s = s.trim().trim_end_matches('\0');
     let (prefix, rest) = s.split_once('.')?;
@@ -144,6 +156,19 @@ mod tests {
             wwid_from_pg83(&qemu_page()).as_deref(),
             Some("35000c500deadbeef")
         );
+    }
+
+    #[test]
+    fn the_target_port_group_is_read() {
+        // NAA of the LU, then a target port group designator (type 5,
+        // association 1): group 0x14.
+        let mut p = vec![0x00, 0x83, 0x00, 0x14];
+        p.extend([
+            0x01, 0x03, 0x00, 0x08, 0x60, 0x01, 0x40, 0x51, 0xb2, 0xc3, 0xd4, 0xe5,
+        ]);
+        p.extend([0x01, 0x15, 0x00, 0x04, 0x00, 0x00, 0x00, 0x14]);
+        assert_eq!(target_port_group(&p), Some(20));
+        assert_eq!(target_port_group(&qemu_page()), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! produces single spaces and no trailing one, which the kernel accepts.
 
 mod error;
+pub mod grouping;
 mod lex;
 pub mod status;
 pub mod table;

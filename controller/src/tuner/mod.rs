@@ -21,6 +21,15 @@ pub mod window;
 pub use settings::{Knob, Settings};
 pub use window::{Class, Size, Window};
 
+/// Bios this many times larger or smaller than when a measurement began,
+/// or a read share this far from it, are another workload.
+const SHAPE_RATIO: f64 = 1.6;
+const SHAPE_READ: f64 = 0.3;
+
+/// A trial whose gain clears the floor but not the noise is measured on,
+/// up to this many times its windows, before it is judged.
+const EXTEND_UP_TO: usize = 3;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -120,11 +129,14 @@ pub enum Outcome {
     /// Someone other than pathpilot changed the map: tuning stops until
     /// an operator resumes it.
     Outside,
+    /// The array moved its ports' ALUA states: the map was regrouped and
+    /// tuning starts over on the new first group.
+    Array,
 }
 
 impl Outcome {
     /// Every outcome, for counters that start at 0.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Trying,
         Outcome::Kept,
         Outcome::Reverted,
@@ -137,6 +149,7 @@ impl Outcome {
         Outcome::Operator,
         Outcome::Released,
         Outcome::Outside,
+        Outcome::Array,
     ];
 
     /// The word in logs and metrics (its JSON form).
@@ -154,6 +167,7 @@ impl Outcome {
             Outcome::Operator => "operator",
             Outcome::Released => "released",
             Outcome::Outside => "outside",
+            Outcome::Array => "array",
         }
     }
 }
@@ -249,6 +263,10 @@ pub struct Tuner {
     fixed_groups: bool,
     /// Someone else changed the map: no tuning until an operator resumes.
     held: Option<String>,
+    /// The workload's own shape (mean bio size, read share) when the
+    /// measurement in progress began: a window far from it means the
+    /// workload changed, even inside one class.
+    shape: Option<(f64, f64)>,
     /// Per-path capacity last seen clearly unequal (paths full under
     /// random reads at depth): a fact of the paths, not of the workload,
     /// so a later workload whose own figures cannot show it (one large
@@ -286,6 +304,7 @@ impl Tuner {
             pinned: BTreeSet::new(),
             fixed_groups: false,
             held: None,
+            shape: None,
             path_caps: None,
             last_reload: None,
             reload_blocked_until: 0.0,
@@ -349,16 +368,7 @@ impl Tuner {
     /// an operator resumes it. A trial in progress is dropped unjudged
     /// and not undone: undoing it would overwrite the other party's change.
     pub fn outside_change(&mut self, t: f64, why: &str, now: Settings) {
-        self.note(
-            t,
-            None,
-            "",
-            "",
-            None,
-            None,
-            format!("{why}: tuning stopped (resume with `pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"{}\"}}'`)", self.map),
-            Outcome::Outside,
-        );
+        self.event(t, format!("{why}: tuning stopped (resume with `pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"{}\"}}'`)", self.map), Outcome::Outside);
         self.current = now;
         self.dropped = None;
         self.held = Some(why.to_string());
@@ -441,6 +451,24 @@ impl Tuner {
         self.phase = Phase::Baseline(vec![]);
     }
 
+    /// The array changed its ports' ALUA states and the daemon regrouped
+    /// the map: the paths that carry I/O are others now, so what was
+    /// measured (trial, baseline, path capacities) is of no use.
+    pub fn array_changed(&mut self, t: f64, why: &str, now: Option<Settings>) {
+        self.event(
+            t,
+            format!("{why}: regrouped; tuning starts again on the new first group"),
+            Outcome::Array,
+        );
+        if let Some(now) = now {
+            self.current = now;
+        }
+        self.dropped = None;
+        self.path_caps = None;
+        self.shape = None;
+        self.phase = Phase::Baseline(vec![]);
+    }
+
     pub fn class(&self) -> Option<Class> {
         self.class
     }
@@ -489,6 +517,11 @@ impl Tuner {
         self.note(t, None, "", "", None, None, reason.into(), outcome);
         self.drop_trial();
         self.phase = Phase::Baseline(vec![]);
+    }
+
+    /// A decision about the map as a whole: no knob, no figures.
+    fn event(&mut self, t: f64, reason: String, outcome: Outcome) {
+        self.note(t, None, "", "", None, None, reason, outcome);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -592,7 +625,11 @@ impl Tuner {
             self.path_caps = Some(c);
         }
         if self.class != Some(class) {
+            self.shape = Some((w.avg_bio_kib, w.read_share));
             return self.class_changed(t, class, w);
+        }
+        if let Some(why) = self.shape_changed(w) {
+            return self.restart(t, &why, w);
         }
         match std::mem::replace(&mut self.phase, Phase::Converged) {
             Phase::Baseline(mut v) => {
@@ -621,6 +658,15 @@ impl Tuner {
             Phase::Measuring(trial, mut v) => {
                 v.push(w.mib_s);
                 if v.len() < self.cfg.windows {
+                    self.phase = Phase::Measuring(trial, v);
+                    return None;
+                }
+                // A gain above the floor but inside the noise: more
+                // windows shrink the noise; judge when it is clear or the
+                // windows run out.
+                if v.len() < self.cfg.windows * EXTEND_UP_TO
+                    && self.undecided(&trial.base, &stats(&v))
+                {
                     self.phase = Phase::Measuring(trial, v);
                     return None;
                 }
@@ -691,6 +737,63 @@ impl Tuner {
                 self.memory.insert(key, (self.current.clone(), mib_s));
             }
             _ => {}
+        }
+    }
+
+    /// The workload changed inside its class (bios twice as large, reads
+    /// turned writes): no measurement may span that.
+    fn shape_changed(&mut self, w: &Window) -> Option<String> {
+        let (kib, read) = *self.shape.get_or_insert((w.avg_bio_kib, w.read_share));
+        let ratio = if kib > 0.0 && w.avg_bio_kib > 0.0 {
+            (w.avg_bio_kib / kib).max(kib / w.avg_bio_kib)
+        } else {
+            1.0
+        };
+        (ratio > SHAPE_RATIO || (w.read_share - read).abs() > SHAPE_READ).then(|| {
+            format!(
+                "the workload changed (bios {kib:.0} -> {:.0} KiB, reads {:.0}% -> {:.0}%)",
+                w.avg_bio_kib,
+                read * 100.0,
+                w.read_share * 100.0
+            )
+        })
+    }
+
+    /// Starts the measurement in progress over: a baseline is taken
+    /// again; a trial's change is undone unjudged and left to be tried
+    /// again (nothing was learnt of it).
+    fn restart(&mut self, t: f64, why: &str, w: &Window) -> Option<Action> {
+        self.shape = Some((w.avg_bio_kib, w.read_share));
+        match std::mem::replace(&mut self.phase, Phase::Baseline(vec![])) {
+            Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _)
+                if self.mode == Mode::Tune =>
+            {
+                self.note(
+                    t,
+                    Some(tr.knob),
+                    &tr.to.show(tr.knob),
+                    &tr.from.show(tr.knob),
+                    Some(tr.base.mean),
+                    Some(w.mib_s),
+                    format!("{why} during the trial: undone unjudged, to be tried again"),
+                    Outcome::Reverted,
+                );
+                self.phase = Phase::Recovering(self.cfg.settle_windows);
+                Some(Action {
+                    to: tr.from,
+                    knob: tr.knob,
+                })
+            }
+            // A baseline (or a pause's recovery) simply starts over.
+            Phase::Recovering(n) => {
+                self.phase = Phase::Recovering(n);
+                None
+            }
+            Phase::Converged => {
+                self.phase = Phase::Converged;
+                None
+            }
+            _ => None,
         }
     }
 
@@ -1010,6 +1113,22 @@ impl Tuner {
         Some(Action { to, knob })
     }
 
+    /// The gain needed to keep a change measured as `after` against `base`:
+    /// beyond both the floor and twice the standard error of the
+    /// difference of the two means.
+    fn needed(&self, base: &Stats, after: &Stats) -> f64 {
+        let se = (base.sd.powi(2) / base.n.max(1) as f64
+            + after.sd.powi(2) / after.n.max(1) as f64)
+            .sqrt();
+        (self.cfg.min_gain * base.mean).max(2.0 * se)
+    }
+
+    /// A gain above the floor that the noise still hides.
+    fn undecided(&self, base: &Stats, after: &Stats) -> bool {
+        let gain = after.mean - base.mean;
+        gain > self.cfg.min_gain * base.mean && gain <= self.needed(base, after)
+    }
+
     fn judge(
         &mut self,
         t: f64,
@@ -1019,13 +1138,8 @@ impl Tuner {
         _w: &Window,
     ) -> Option<Action> {
         let base = &tr.base;
-        // Keep only a gain beyond both the floor and twice the standard
-        // error of the difference of the two means.
-        let se = (base.sd.powi(2) / base.n.max(1) as f64
-            + after.sd.powi(2) / after.n.max(1) as f64)
-            .sqrt();
         let gain = after.mean - base.mean;
-        let needed = (self.cfg.min_gain * base.mean).max(2.0 * se);
+        let needed = self.needed(base, &after);
         let pct = if base.mean > 0.0 {
             gain / base.mean * 100.0
         } else {

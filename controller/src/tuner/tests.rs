@@ -718,3 +718,76 @@ fn new_settings_apply_to_a_running_tuner() {
     r.steps(&mut p, 1, 64.0, 0.0, 1.0, &Health::default());
     assert_eq!(r.applied.len(), 1);
 }
+
+#[test]
+fn a_workload_change_inside_a_trial_restarts_it() {
+    // Two workloads of one class (medium random reads: 64 and 192 KiB
+    // bios). The change comes in the middle of the first trial.
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let h = Health::default();
+    // Class, then a baseline, then the first trial is applied.
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &h);
+    assert_eq!(r.applied.len(), 1, "a trial is on: {:#?}", r.tuner.drain());
+    let trial = r.applied[0].clone();
+    r.steps(&mut p, 1, 192.0, 0.0, 1.0, &h);
+    let log = r.tuner.drain();
+    let undone = log
+        .iter()
+        .find(|d| d.outcome == Outcome::Reverted)
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert!(
+        undone
+            .reason
+            .contains("the workload changed (bios 64 -> 192 KiB")
+            && undone.reason.contains("undone unjudged"),
+        "{undone:#?}"
+    );
+    assert!(!log.iter().any(|d| d.outcome == Outcome::Kept), "{log:#?}");
+    assert_eq!(r.applied.len(), 2, "the change was undone");
+    assert_eq!(r.applied[1].1, example(4));
+    // The first workload returns: the same trial is made again, and judged.
+    r.steps(&mut p, 30, 64.0, 0.0, 1.0, &h);
+    assert!(r.applied[2..].contains(&trial), "{:?}", r.applied);
+    let log = r.tuner.drain();
+    assert!(
+        log.iter()
+            .any(|d| d.outcome == Outcome::Kept && d.knob == Some(trial.0)),
+        "{log:#?}"
+    );
+}
+
+#[test]
+fn a_gain_hidden_by_noise_is_measured_longer() {
+    // queue-length is 40% better than round-robin on these paths, and the
+    // windows are noisy (+-35%): three windows cannot tell, more can.
+    let f = |s: &Settings| match s.selector {
+        Selector::QueueLength => 140.0,
+        _ => 100.0,
+    };
+    let mut p = Plant::new(f, vec![20.0; 4]);
+    p.noise = 0.3;
+    let sels = vec![Selector::RoundRobin, Selector::QueueLength];
+    let mut t = Tuner::new("mpatha", Mode::Tune, Config::default(), example(4), sels);
+    let mut now = 0.0;
+    let mut windows_in_trial = 0;
+    for _ in 0..40 {
+        now += 5.0;
+        let w = p.window(t.settings(), 64.0, 0.0, 1.0);
+        if t.state() == "trying" {
+            windows_in_trial += 1;
+        }
+        if let Some(a) = t.on_window(now, &w, &Health::default()) {
+            t.applied(now, a.knob, &a.to, a.to.clone(), Some(10.0));
+        }
+        if t.settings().selector == Selector::QueueLength && t.state() != "trying" {
+            break;
+        }
+    }
+    let log = t.drain();
+    assert_eq!(t.settings().selector, Selector::QueueLength, "{log:#?}");
+    assert!(
+        windows_in_trial > Config::default().windows + 1,
+        "measured beyond the usual windows: {windows_in_trial}"
+    );
+}

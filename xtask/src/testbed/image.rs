@@ -43,13 +43,35 @@ const MODULES: &[(&str, bool)] = &[
     ("dm-service-time", true),
     ("dm-historical-service-time", false),
     ("scsi_dh_alua", false),
+    // The ALUA array (LIO): loaded by the testbed only when asked for.
+    ("tcm_loop", false),
+    ("target_core_iblock", false),
     ("9p", true),
     ("9pnet_virtio", true),
 ];
 
 /// Host binaries copied into the base layer with their library closure.
 /// (flock: tests hold a map's lock file as another writer would.)
-const BINARIES: &[&str] = &["dmsetup", "fio", "multipath", "flock"];
+/// (udevadm: multipath-tools finds paths through udev's database, so its
+/// baseline runs udevd; the same binary is systemd-udevd.)
+const BINARIES: &[&str] = &["dmsetup", "fio", "multipath", "flock", "udevadm"];
+
+/// What udev needs to fill its database for multipath-tools: the helpers
+/// its rules run (a binary, and a shell script copied as it is), and the
+/// rules for block devices, dm and multipath.
+const UDEV_HELPERS: &[&str] = &["/lib/udev/scsi_id"];
+const UDEV_SCRIPTS: &[&str] = &["/lib/udev/kpartx_id"];
+const UDEV_RULES: &[&str] = &[
+    "50-udev-default",
+    "55-dm",
+    "56-dm-mpath",
+    "60-block",
+    "60-persistent-storage",
+    "60-persistent-storage-dm",
+    "60-multipath",
+    "95-dm-notify",
+    "99-systemd",
+];
 
 /// The guest `/init` (busybox sh): boot setup plus the command agent.
 pub const INIT: &str = include_str!("init.sh");
@@ -363,8 +385,11 @@ fn stamp(p: &Path) -> Option<String> {
 fn recipe() -> String {
     let mods: Vec<String> = MODULES.iter().map(|(m, r)| format!("{m}:{r}")).collect();
     Key::new()
-        .with("base-v1")
+        .with("base-v2")
         .with(BINARIES.join(","))
+        .with(UDEV_HELPERS.join(","))
+        .with(UDEV_SCRIPTS.join(","))
+        .with(UDEV_RULES.join(","))
         .with(mods.join(","))
         .hex()
 }
@@ -454,7 +479,18 @@ fn base_layer(dir: &Path, kdir: &Path, release: &str) -> Result<(PathBuf, String
             bins.push((p.clone(), p.to_string_lossy().into_owned()));
         }
     }
-    let files = closure(&bins)?;
+    for h in UDEV_HELPERS.iter().map(Path::new).filter(|p| p.exists()) {
+        bins.push((h.to_path_buf(), h.to_string_lossy().into_owned()));
+    }
+    let mut files = closure(&bins)?;
+    let rules = UDEV_RULES
+        .iter()
+        .map(|r| PathBuf::from(format!("/lib/udev/rules.d/{r}.rules")));
+    for p in rules.chain(UDEV_SCRIPTS.iter().map(PathBuf::from)) {
+        if p.exists() {
+            files.insert(p.to_string_lossy().into_owned(), p);
+        }
+    }
     let busybox = Path::new("/bin/busybox");
 
     let mut key = Key::new()

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+pub mod alua;
 pub mod base64;
 pub mod cpio;
 pub mod image;
@@ -27,7 +28,8 @@ pub mod qmp;
 pub mod vm;
 pub mod wire;
 
-pub use vm::{Job, Output, Testbed};
+pub use alua::{AluaSpec, AluaState, Backstore};
+pub use vm::{AluaPort, Job, Output, Testbed};
 
 /// The WWN every path reports: one LUN, N paths.
 pub const WWN: u64 = 0x5000c500deadbeef;
@@ -84,6 +86,8 @@ pub struct Config {
     /// Hold a machine-wide lock while the VM runs so two testbeds never
     /// share the 2 host cores: throughput assertions would be meaningless.
     pub exclusive: bool,
+    /// An ALUA array in the guest (LIO) in front of the paths: see `alua`.
+    pub alua: Option<AluaSpec>,
 }
 
 impl Default for Config {
@@ -102,6 +106,7 @@ impl Default for Config {
             lun_mib: 1024,
             interactive: false,
             exclusive: true,
+            alua: None,
         }
     }
 }
@@ -118,6 +123,12 @@ impl Config {
     pub fn n_paths(&self) -> usize {
         if let Some(n) = self.paths {
             return n;
+        }
+        // An array's ports sit on the paths: one each, or one for all.
+        match self.alua.as_ref().map(|a| a.backstore) {
+            Some(Backstore::Iblock) => return self.alua.as_ref().map_or(1, |a| a.ports.len()),
+            Some(Backstore::Ramdisk(_)) => return 1,
+            None => {}
         }
         match self.caps_mib.len().max(self.iops.len()) {
             l if l > 1 => l,
@@ -217,6 +228,12 @@ impl Builder {
         self.cfg.lun_mib = m;
         self
     }
+    /// An ALUA array in the guest: LIO ports over the paths (see `alua`).
+    pub fn alua(mut self, spec: AluaSpec) -> Self {
+        self.cfg.alua = Some(spec);
+        self
+    }
+
     pub fn exclusive(mut self, on: bool) -> Self {
         self.cfg.exclusive = on;
         self

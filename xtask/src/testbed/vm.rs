@@ -20,7 +20,18 @@ use serde_json::{Value, json};
 use super::image::{self, Images, Lock};
 use super::qmp::Qmp;
 use super::wire::{self, Wire};
-use super::{Builder, Config, Link, SERIAL, WWN, base64};
+use super::{AluaSpec, AluaState, Builder, Config, Link, SERIAL, WWN, base64};
+
+/// One port of an ALUA testbed's array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AluaPort {
+    /// 1-based, as `pp-alua` and [`Testbed::move_port`] take it.
+    pub port: usize,
+    /// The guest's disk behind it (`sde`).
+    pub disk: String,
+    /// Its target port group at boot.
+    pub group: u16,
+}
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -112,6 +123,8 @@ pub struct Testbed {
     /// Current caps per path: (MiB/s, IOPS), 0 = none.
     caps: Mutex<Vec<(f64, u64)>>,
     boot_time: Duration,
+    /// The ALUA array's ports, when there is one.
+    ports: Vec<AluaPort>,
     /// Set when something failed, so Drop prints the console tail.
     failed: AtomicBool,
     jobs: AtomicU64,
@@ -220,6 +233,7 @@ impl Testbed {
             wire: None,
             caps: Mutex::new(caps),
             boot_time: Duration::ZERO,
+            ports: vec![],
             failed: AtomicBool::new(false),
             jobs: AtomicU64::new(0),
             _lock: lock,
@@ -370,9 +384,14 @@ impl Testbed {
         } else {
             format!("t{i}")
         };
-        let dev = format!(
+        let mut dev = format!(
             "scsi-hd,id=hd{i},bus=scsi{i}.0,drive={top},wwn={WWN:#x},serial={SERIAL},share-rw=on"
         );
+        // An array's ports sit on the paths in order: the target id tells
+        // the guest which disk is path i.
+        if self.cfg.alua.is_some() {
+            dev.push_str(&format!(",scsi-id={i}"));
+        }
         (top, dev)
     }
 
@@ -453,6 +472,99 @@ impl Testbed {
             }
         }
         *self.agent.lock().unwrap() = Some(agent);
+        if let Some(spec) = self.cfg.alua.clone() {
+            let t = Instant::now();
+            self.ports = self.build_array(&spec)?;
+            eprintln!(
+                "testbed: ALUA array up in {:.2} s: {}",
+                t.elapsed().as_secs_f64(),
+                self.ports
+                    .iter()
+                    .map(|p| format!("port {} {} (group {})", p.port, p.disk, p.group))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Builds the ALUA array over the QEMU paths (path i is the disk with
+    /// SCSI target id i).
+    fn build_array(&self, spec: &AluaSpec) -> Result<Vec<AluaPort>> {
+        let raw = self.sh(
+            "for d in /sys/block/sd*; do t=$(basename $(readlink $d/device) | cut -d: -f3); \
+             echo \"$t ${d##*/}\"; done | sort -n | cut -d' ' -f2",
+        )?;
+        let raw: Vec<String> = raw.lines().map(str::to_string).collect();
+        let out = self.sh(&spec.setup_script(&raw)?)?;
+        let ports: Vec<AluaPort> = out
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == "port").then_some(())?;
+                let port: usize = w.next()?.parse().ok()?;
+                let disk = w.next()?.to_string();
+                Some(AluaPort {
+                    port,
+                    group: *spec.ports.get(port - 1)?,
+                    disk,
+                })
+            })
+            .collect();
+        if ports.len() != spec.ports.len() {
+            bail!(
+                "the array's {} ports should show {} disks, saw: {out}",
+                spec.ports.len(),
+                spec.ports.len()
+            );
+        }
+        Ok(ports)
+    }
+
+    /// The array's ports (ALUA testbeds): port, guest disk, group.
+    pub fn alua_ports(&self) -> &[AluaPort] {
+        &self.ports
+    }
+
+    /// Sets target port group `group` to `state` on the array (every LIO
+    /// device): an array failing over.
+    pub fn set_alua_state(&self, group: u16, state: AluaState) -> Result<()> {
+        self.sh(&super::alua::state_script(group, state))?;
+        Ok(())
+    }
+
+    /// Lets multipath-tools build its own map for `disk`'s LUN, as an
+    /// unconfigured install does (no multipath.conf: find_multipaths
+    /// strict, so the WWID is added first; named by WWID). It finds paths
+    /// through udev's database, so udevd runs for it and is stopped after
+    /// (its /run/udev gone too: device-mapper users would otherwise wait
+    /// on udev cookies nobody answers).
+    /// Returns `multipath -ll`; the map stays until [`Testbed::flush_multipath_tools`].
+    pub fn multipath_tools(&self, disk: &str) -> Result<String> {
+        self.sh(&format!(
+            "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
+             ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
+             /tmp/systemd-udevd --daemon\n\
+             udevadm trigger --action=add; udevadm settle -t 30\n\
+             multipath -a /dev/{disk} >/dev/null\n\
+             multipath -v2 >/dev/null\n\
+             udevadm settle -t 30; multipath -ll > /tmp/multipath-ll\n\
+             udevadm control --exit\n\
+             while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
+             rm -rf /run/udev; cat /tmp/multipath-ll"
+        ))
+    }
+
+    /// Removes the maps multipath-tools made (`multipath -F`) and forgets
+    /// their WWIDs, so that pathpilot can make its own.
+    pub fn flush_multipath_tools(&self) -> Result<()> {
+        self.sh("multipath -F && multipath -W >/dev/null; rm -f /etc/multipath/wwids")?;
+        Ok(())
+    }
+
+    /// Moves port `port` (1-based) into target port group `group`.
+    pub fn move_port(&self, port: usize, group: u16) -> Result<()> {
+        self.sh(&super::alua::move_script(port, group))?;
         Ok(())
     }
 
@@ -664,8 +776,13 @@ impl Testbed {
         let (top, _) = self.scsi_hd(i);
         self.qmp(
             "device_add",
-            json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
-                   "wwn": WWN, "serial": SERIAL, "share-rw": true}),
+            if self.cfg.alua.is_some() {
+                json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
+                       "wwn": WWN, "serial": SERIAL, "share-rw": true, "scsi-id": i})
+            } else {
+                json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
+                       "wwn": WWN, "serial": SERIAL, "share-rw": true})
+            },
         )
         .with_context(|| format!("restore path {i}"))?;
         Ok(t.elapsed())

@@ -24,7 +24,10 @@ use crate::{
     },
     discovery::{self, naming},
     lock::MapLock,
-    mpath::{Feature, MultipathTable, Selector},
+    mpath::{
+        Feature, MultipathTable, Selector,
+        grouping::{self, Candidate, Grouping},
+    },
     tuner::Tuner,
 };
 
@@ -84,9 +87,7 @@ impl Engine {
                 }
             }
             let table = self.dm.multipath_table(&m.name).unwrap_or(table);
-            // An adopted map's groups are its own; a map of ours is ours
-            // to regroup.
-            let fixed = !ours && table.groups.len() > 1;
+            let fixed = self.groups_fixed(&table, ours);
             self.add_map(
                 m.name.clone(),
                 wwid,
@@ -304,7 +305,17 @@ impl Engine {
             let name = naming::pick(&lun.wwid, &in_use, &bindings);
             let devs: Vec<DevNum> = free.iter().map(|p| p.dev).collect();
             let selector = Selector::from_name(&self.cfg.maps.selector);
-            let mut table = MultipathTable::new(free[0].size_sectors, &devs, selector)?;
+            // An ALUA array's ports are grouped by priority, as
+            // multipath-tools does, with the alua hardware handler.
+            let alua = free.iter().any(|p| p.alua.is_some());
+            let groups =
+                grouping::group(self.cfg.grouping(alua), &candidates(free.iter().copied()));
+            let mut table = grouping::table(
+                free[0].size_sectors,
+                &groups,
+                selector,
+                alua.then_some("alua"),
+            )?;
             if self.cfg.maps.queue_if_no_path {
                 table.features.push(Feature::QueueIfNoPath);
             }
@@ -328,7 +339,8 @@ impl Engine {
                     self.state.operator.remove(&name);
                     self.save_state();
                     let applied = self.dm.multipath_table(&name)?;
-                    self.add_map(name, lun.wwid.clone(), info.dev, true, None, applied, false)?;
+                    let fixed = self.groups_fixed(&applied, true);
+                    self.add_map(name, lun.wwid.clone(), info.dev, true, None, applied, fixed)?;
                 }
                 Err(e) => say!("cannot create a map for {}: {e}", lun.wwid),
             }
@@ -448,6 +460,67 @@ impl Engine {
         self.drain_tuner(mi);
     }
 
+    /// Whether a map's path groups are not the tuner's to change: an
+    /// adopted map's own groups, an ALUA array's priority groups, or any
+    /// grouping configured other than multibus. (A map of ours in two
+    /// groups is otherwise the tuner's own split.)
+    fn groups_fixed(&self, table: &MultipathTable, ours: bool) -> bool {
+        let alua = table.hw_handler.as_ref().is_some_and(|h| h.name == "alua");
+        alua || self.cfg.grouping(false) != Grouping::Multibus || (!ours && table.groups.len() > 1)
+    }
+
+    /// An ALUA array's port states, against the map's groups: when the
+    /// array changed them (a controller failed over, a LUN's owner moved),
+    /// the map is regrouped by a reload (path states synced), and the tuner
+    /// starts again on the new first group.
+    pub(super) fn follow_array(&mut self, mi: usize) {
+        let m = &self.maps[mi];
+        let Some(table) = m.table.clone() else {
+            return;
+        };
+        if !m.managed || table.hw_handler.as_ref().is_none_or(|h| h.name != "alua") {
+            return;
+        }
+        let devs: Vec<discovery::PathDevice> = m
+            .paths
+            .iter()
+            .filter_map(|p| discovery::PathDevice::read(&p.name))
+            .filter(|d| d.alua.is_some())
+            .collect();
+        let Some(new) = grouping::regroup(&table, self.cfg.grouping(true), &candidates(&devs))
+        else {
+            return;
+        };
+        let name = m.name.clone();
+        let states: Vec<String> = devs
+            .iter()
+            .filter_map(|d| d.alua.map(|a| format!("{} {}", d.name, a.state.name())))
+            .collect();
+        let why = format!("the array's port states: {}", states.join(", "));
+        let mut lock = match self.lock(&name) {
+            Ok(l) => l,
+            Err(e) => {
+                say!("{name}: {why}; the regrouping waits: {e:#}");
+                return;
+            }
+        };
+        let t = self.t();
+        match self.reload_locked(&mut lock, mi, &new) {
+            Ok(r) => {
+                say!(
+                    "{name}: {why}: regrouped (reload stalled I/O {:.1} ms)",
+                    r.timing.stall.as_secs_f64() * 1000.0
+                );
+                let now = self.read_settings(mi);
+                if let Some(tu) = self.maps[mi].tuner.as_mut() {
+                    tu.array_changed(t, &why, now.ok());
+                }
+                self.drain_tuner(mi);
+            }
+            Err(e) => say!("{name}: {why}; cannot regroup: {e:#}"),
+        }
+    }
+
     /// Paths that appeared or vanished: a new path of a managed map's LUN
     /// joins it by a reload; a vanished one leaves (never the last one:
     /// the map keeps it, failed, until a path returns).
@@ -527,6 +600,9 @@ impl Engine {
                 Err(e) => say!("{name}: cannot update paths: {e:#}"),
             }
         }
+        for mi in 0..self.maps.len() {
+            self.follow_array(mi);
+        }
         if self.cfg.maps.create {
             self.create_missing()?;
         }
@@ -556,4 +632,17 @@ impl Engine {
             say!("{name}: cannot restore the pinned knobs: {e:#}");
         }
     }
+}
+
+/// Discovered paths as grouping sees them: their ALUA priority and target
+/// port group (1 and none where the array reports no ALUA).
+fn candidates<'a>(paths: impl IntoIterator<Item = &'a discovery::PathDevice>) -> Vec<Candidate> {
+    paths
+        .into_iter()
+        .map(|p| Candidate {
+            dev: p.dev,
+            prio: p.alua.map_or(1, |a| a.prio()),
+            tpg: p.alua.and_then(|a| a.group),
+        })
+        .collect()
 }

@@ -13,7 +13,13 @@ use crate::{
 /// What differs between the table pathpilot left (`expected`) and the live
 /// one, in words; `None` when they are the same.
 pub fn table_change(expected: &MultipathTable, live: &MultipathTable) -> Option<String> {
-    if expected == live {
+    // The kernel reports the group it uses (or will switch to) as the
+    // initial one: a path group failing over changes it, nobody's table.
+    let same_but_group = MultipathTable {
+        initial_pg: live.initial_pg,
+        ..expected.clone()
+    };
+    if same_but_group == *live {
         return None;
     }
     let mut what = vec![];
@@ -51,8 +57,9 @@ pub fn table_change(expected: &MultipathTable, live: &MultipathTable) -> Option<
         what.push("hardware handler".into());
     }
     if what.is_empty() {
-        // Same paths and selectors: their arguments or their order moved.
-        what.push("path arguments or order".into());
+        // Same paths and selectors: their arguments or their order moved;
+        // the tables say which.
+        what.push(format!("path arguments or order: '{expected}' -> '{live}'"));
     }
     Some(what.join(", "))
 }
@@ -82,7 +89,23 @@ mod tests {
             "selector service-time -> round-robin, paths +8:32 -8:16, features"
         );
         let w: MultipathTable = T.replace("8:16 1 1", "8:16 1 50").parse().unwrap();
-        assert_eq!(table_change(&a, &w).unwrap(), "path arguments or order");
+        assert!(
+            table_change(&a, &w)
+                .unwrap()
+                .starts_with("path arguments or order: '0 "),
+            "{:?}",
+            table_change(&a, &w)
+        );
+    }
+
+    #[test]
+    fn a_group_failing_over_is_nobodys_change() {
+        let two = "0 2097152 multipath 1 queue_if_no_path 1 alua 2 1 service-time 0 1 2 8:0 1 1 \
+                   service-time 0 1 2 8:16 1 1";
+        let a: MultipathTable = two.parse().unwrap();
+        let b: MultipathTable = two.replace(" 2 1 service", " 2 2 service").parse().unwrap();
+        assert_eq!(b.initial_pg, 2);
+        assert_eq!(table_change(&a, &b), None);
     }
 
     #[test]

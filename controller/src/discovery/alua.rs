@@ -1,0 +1,166 @@
+//! ALUA as the host sees it: each path's access state and preferred bit
+//! (scsi_dh_alua's sysfs attributes, where the handler is attached) and its
+//! target port group (VPD page 0x83), and the priority multipath-tools'
+//! `alua` prioritizer gives it.
+use std::{fs, path::Path};
+
+use serde::Serialize;
+
+/// An asymmetric access state (SPC-4), as `device/access_state` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessState {
+    Optimized,
+    NonOptimized,
+    LbaDependent,
+    Standby,
+    Unavailable,
+    Offline,
+    Transitioning,
+}
+
+impl AccessState {
+    pub fn parse(s: &str) -> Option<AccessState> {
+        Some(match s.trim() {
+            "active/optimized" => AccessState::Optimized,
+            "active/non-optimized" => AccessState::NonOptimized,
+            "lba-dependent" | "lba dependent" => AccessState::LbaDependent,
+            "standby" => AccessState::Standby,
+            "unavailable" => AccessState::Unavailable,
+            "offline" => AccessState::Offline,
+            "transitioning" => AccessState::Transitioning,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessState::Optimized => "active/optimized",
+            AccessState::NonOptimized => "active/non-optimized",
+            AccessState::LbaDependent => "lba-dependent",
+            AccessState::Standby => "standby",
+            AccessState::Unavailable => "unavailable",
+            AccessState::Offline => "offline",
+            AccessState::Transitioning => "transitioning",
+        }
+    }
+}
+
+/// What a path says of itself on an ALUA array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Alua {
+    pub state: AccessState,
+    /// The array prefers this port (the PREF bit).
+    pub preferred: bool,
+    /// Its target port group, when VPD page 0x83 names it.
+    pub group: Option<u16>,
+}
+
+impl Alua {
+    /// Reads a SCSI disk's ALUA state (`/sys/class/block/<name>`); `None`
+    /// where the alua handler is not attached (not an ALUA array).
+    pub fn read(sys: &Path) -> Option<Alua> {
+        let dev = sys.join("device");
+        let attr = |f: &str| fs::read_to_string(dev.join(f)).ok();
+        if attr("dh_state")?.trim() != "alua" {
+            return None;
+        }
+        Some(Alua {
+            state: AccessState::parse(&attr("access_state")?)?,
+            preferred: attr("preferred_path").is_some_and(|v| v.trim() == "1"),
+            group: fs::read(dev.join("vpd_pg83"))
+                .ok()
+                .and_then(|p| super::vpd::target_port_group(&p)),
+        })
+    }
+
+    /// Whether the kernel fails I/O on the path before it reaches the array.
+    pub fn refuses_io(&self) -> bool {
+        matches!(
+            self.state,
+            AccessState::Standby | AccessState::Unavailable | AccessState::Offline
+        )
+    }
+
+    /// Makes scsi_dh_alua ask the array again (REPORT TARGET PORT GROUPS)
+    /// when the path's last known state refuses I/O. In those states the
+    /// handler fails every read before it reaches the array, so no unit
+    /// attention ever tells the host that the port came back: a path would
+    /// stay failed after its controller returned. A rescan re-reads the
+    /// state. Returns whether it asked.
+    pub fn refresh_if_refused(sys: &Path) -> bool {
+        if !Alua::read(sys).is_some_and(|a| a.refuses_io()) {
+            return false;
+        }
+        fs::write(sys.join("device/rescan"), "1").is_ok()
+    }
+
+    /// The priority multipath-tools' `alua` prioritizer gives the path:
+    /// optimized 50, non-optimized 10, LBA-dependent 5, standby 1, else 0;
+    /// the preferred bit adds 80 to a port that is not optimized.
+    pub fn prio(&self) -> u32 {
+        let p = match self.state {
+            AccessState::Optimized => 50,
+            AccessState::NonOptimized => 10,
+            AccessState::LbaDependent => 5,
+            AccessState::Standby => 1,
+            _ => 0,
+        };
+        if self.preferred && self.state != AccessState::Optimized {
+            p + 80
+        } else {
+            p
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priorities_as_multipath_tools_gives_them() {
+        let a = |state, preferred| Alua {
+            state,
+            preferred,
+            group: None,
+        };
+        assert_eq!(a(AccessState::Optimized, false).prio(), 50);
+        assert_eq!(a(AccessState::Optimized, true).prio(), 50);
+        assert_eq!(a(AccessState::NonOptimized, false).prio(), 10);
+        assert_eq!(a(AccessState::NonOptimized, true).prio(), 90);
+        assert_eq!(a(AccessState::Standby, false).prio(), 1);
+        assert_eq!(a(AccessState::Unavailable, false).prio(), 0);
+        assert_eq!(a(AccessState::Transitioning, false).prio(), 0);
+        assert_eq!(
+            AccessState::parse("active/non-optimized\n"),
+            Some(AccessState::NonOptimized)
+        );
+        assert_eq!(AccessState::parse("bogus"), None);
+    }
+
+    #[test]
+    fn only_a_path_the_kernel_refuses_is_asked_again() {
+        let root = std::env::temp_dir().join(format!("pp-alua-{}", std::process::id()));
+        let dev = root.join("device");
+        fs::create_dir_all(&dev).unwrap();
+        fs::write(dev.join("dh_state"), "alua\n").unwrap();
+        for (state, asks) in [
+            ("unavailable", true),
+            ("standby", true),
+            ("active/optimized", false),
+            ("active/non-optimized", false),
+        ] {
+            let _ = fs::remove_file(dev.join("rescan"));
+            fs::write(dev.join("access_state"), format!("{state}\n")).unwrap();
+            assert_eq!(Alua::refresh_if_refused(&root), asks, "{state}");
+            assert_eq!(dev.join("rescan").exists(), asks, "{state}");
+        }
+        // Not an ALUA path: nothing to ask.
+        fs::write(dev.join("dh_state"), "detached\n").unwrap();
+        fs::write(dev.join("access_state"), "unavailable\n").unwrap();
+        let _ = fs::remove_file(dev.join("rescan"));
+        assert!(!Alua::refresh_if_refused(&root));
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
