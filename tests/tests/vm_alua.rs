@@ -113,11 +113,27 @@ fn an_alua_lun_is_grouped_by_priority_and_follows_the_array() -> Result<()> {
     );
 
     // Under a verified writer, the array swaps its ports' states.
-    let job = tb.spawn(&verified_writer(30))?;
+    let job = tb.spawn(&verified_writer(40))?;
     std::thread::sleep(Duration::from_secs(4));
     let before = shares_over(&tb, 3)?;
     eprintln!("shares with port 1 optimized: {before:?}");
     assert!(before[0] >= 0.9, "I/O on the optimized port: {before:?}");
+
+    // dm-mpath never goes back to a better group by itself: sent to the
+    // non-optimized group, the map is switched back (failback).
+    let t = Instant::now();
+    tb.sh("dmsetup message mpatha 0 switch_group 2")?;
+    let back = poll_since(
+        &tb,
+        t,
+        "failback to port 1",
+        Duration::from_secs(15),
+        |tb| Ok(shares_over(tb, 1)?[0] >= 0.9 && daemon_log(tb).contains("failback")),
+    )?;
+    eprintln!(
+        "failback after a switch to group 2: {:.1} s",
+        back.as_secs_f64()
+    );
 
     let t = Instant::now();
     tb.set_alua_state(10, AluaState::NonOptimized)?;

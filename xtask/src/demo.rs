@@ -1,8 +1,11 @@
 //! `cargo xtask demo`: the README's first command. Sets up what it needs,
-//! boots the VM testbed with 4 unequal paths (10/20/40/80 MiB/s), starts
-//! `pathpilot daemon` in tune mode under an fio workload that changes every
-//! 30 s, and shows `pathpilot top` on it: interactive on a terminal, or
-//! with `--no-tui` a text summary every 5 s and a closing table.
+//! boots the VM testbed with 4 unequal paths (10/20/40/80 MiB/s), measures
+//! a few static settings per workload phase (the yardstick), starts
+//! `pathpilot daemon` in tune mode from round-robin (the worst of them)
+//! under an fio workload that changes every 40 s, and shows `pathpilot top`
+//! on it: interactive on a terminal, or with `--no-tui` a text summary every
+//! 5 s. It ends with a table per phase: throughput at its start and at its
+//! end, against the best static setting measured in the same boot.
 //!
 //! The dashboard runs on the host and reaches the guest's daemon through a
 //! host-side unix socket that relays each request line over the testbed's
@@ -23,49 +26,170 @@ use xtask::{
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print a text summary every 5 s instead of the dashboard.
+    /// Print a text summary every 10 s instead of the dashboard.
     #[arg(long)]
     pub no_tui: bool,
-    /// How long the demo runs (the dashboard also stops on `q`).
-    #[arg(long, default_value_t = 150)]
+    /// How long the tuned run lasts (the dashboard also stops on `q`).
+    #[arg(long, default_value_t = 160)]
     pub secs: u64,
     /// Seconds of each workload phase.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 40)]
     pub phase_secs: u64,
+    /// Seconds of each static setting's measurement (after a 1 s ramp).
+    #[arg(long, default_value_t = 3)]
+    pub static_secs: u64,
 }
 
-const CONFIG: &str = r#"mode = "tune"
-window_secs = 2
+/// The daemon adopts the map the demo made (and measured static settings
+/// on), from round-robin; 1 s windows so that a phase is long enough.
+fn config() -> String {
+    format!(
+        r#"mode = "tune"
+window_secs = 1
 metrics = "127.0.0.1:9777"
 [maps]
-selector = "round-robin"
+create = false
+adopt = ["3{:x}"]
 [checker]
 interval_secs = 1
 timeout_secs = 5
 [tuner]
 windows = 2
 settle_windows = 1
-reload_min_interval_secs = 4
+reload_min_interval_secs = 2
 flap_hold_secs = 6
-"#;
-
-/// The workload: three phases, each a different kind of I/O.
-fn workload(phase: u64) -> String {
-    let fio = |name: &str, args: &str| {
-        format!(
-            "echo {name} > /tmp/phase; fio --name={name} --filename=/dev/mapper/mpatha --direct=1 \
-             --ioengine=libaio --time_based --runtime={phase} --output=/dev/null {args}"
-        )
-    };
-    format!(
-        "while true; do {}; {}; {}; done",
-        fio("random-64k-qd16", "--rw=randread --bs=64k --iodepth=16"),
-        fio("sequential-1m-qd1", "--rw=read --bs=1m --iodepth=1"),
-        fio(
-            "sequential-4k-writes-qd32",
-            "--rw=write --bs=4k --iodepth=32 --size=512m"
-        ),
+"#,
+        xtask::testbed::WWN
     )
+}
+
+/// The workload's phases, each a different kind of I/O: name, fio args.
+const PHASES: [(&str, &str); 3] = [
+    ("random-64k-qd16", "--rw=randread --bs=64k --iodepth=16"),
+    ("sequential-1m-qd1", "--rw=read --bs=1m --iodepth=1"),
+    (
+        "sequential-4k-writes-qd32",
+        "--rw=write --bs=4k --iodepth=32 --size=512m",
+    ),
+];
+
+/// The static settings measured per phase: name, `pathpilot reload` args.
+const STATICS: [(&str, &str); 4] = [
+    ("round-robin", "--selector round-robin"),
+    ("queue-length", "--selector queue-length"),
+    (
+        "service-time",
+        "--selector service-time --weights sda=1,sdb=1,sdc=1,sdd=1",
+    ),
+    (
+        "service-time 13:25:50:100",
+        "--selector service-time --weights sda=13,sdb=25,sdc=50,sdd=100",
+    ),
+];
+
+/// The workload: the phases in turn, each fio run numbered, its phase in
+/// /tmp/phase-N and its throughput per second in /tmp/bw-N_bw.1.log.
+fn workload(phase: u64) -> String {
+    let runs: Vec<String> = PHASES
+        .iter()
+        .map(|(name, args)| {
+            format!(
+                "i=$((i+1)); echo {name} > /tmp/phase; echo {name} > /tmp/phase-$i; \
+                 fio --name={name} --filename=/dev/mapper/mpatha --direct=1 --ioengine=libaio \
+                 --time_based --runtime={phase} --output=/dev/null --write_bw_log=/tmp/bw-$i \
+                 --log_avg_msec=1000 {args}"
+            )
+        })
+        .collect();
+    format!(
+        "echo $$ > /tmp/workload.pid; i=0; while true; do {}; done",
+        runs.join("; ")
+    )
+}
+
+/// MiB/s of `secs` of phase `args` on the map, after a 1 s ramp.
+fn measure(tb: &Testbed, args: &str, secs: u64) -> Result<f64> {
+    let out = tb.sh(&format!(
+        "fio --name=s --filename=/dev/mapper/mpatha --direct=1 --ioengine=libaio --time_based \
+         --ramp_time=1 --runtime={secs} --output-format=terse --terse-version=3 {args} 2>&1"
+    ))?;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .with_context(|| format!("no fio result: {out}"))?;
+    let f: Vec<&str> = line.split(';').collect();
+    let kib = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok((kib(6) + kib(47)) / 1024.0)
+}
+
+/// The best static setting of each phase: (setting, MiB/s).
+fn yardstick(tb: &Testbed, secs: u64) -> Result<Vec<(String, f64)>> {
+    let mut best = vec![(String::new(), 0.0); PHASES.len()];
+    for (sname, sargs) in STATICS {
+        tb.sh(&format!("pathpilot reload mpatha {sargs} >/dev/null"))?;
+        for (pi, (pname, pargs)) in PHASES.iter().enumerate() {
+            let mib = measure(tb, pargs, secs)?;
+            println!("demo: static {sname:<26} {pname:<26} {mib:>6.1} MiB/s");
+            if mib > best[pi].1 {
+                best[pi] = (sname.to_string(), mib);
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// One phase run: its number, its phase, and (second, MiB/s) from fio.
+type PhaseRun = (u32, String, Vec<(f64, f64)>);
+
+/// Throughput at the start and at the end of each phase run, from fio's
+/// per-second log: the mean of seconds 2-6 and of the last 5.
+fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
+    let out = tb.sh("for p in /tmp/phase-*; do i=${p#/tmp/phase-}; \
+         [ -s /tmp/bw-${i}_bw.1.log ] || continue; \
+         echo \"P $i $(cat $p)\"; cut -d, -f1,2 /tmp/bw-${i}_bw.1.log | sed 's/^/L /'; done")?;
+    let mut runs: Vec<PhaseRun> = vec![];
+    for l in out.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["P", i, name] => runs.push((i.parse()?, name.to_string(), vec![])),
+            ["L", t, kib] => {
+                if let Some(r) = runs.last_mut() {
+                    let t: f64 = t.trim_end_matches(',').parse()?;
+                    r.2.push((t / 1000.0, kib.parse::<f64>()? / 1024.0));
+                }
+            }
+            _ => {}
+        }
+    }
+    runs.sort_by_key(|r| r.0);
+    let mean = |v: &[(f64, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len().max(1) as f64;
+    let mut s = format!(
+        "{:<30} {:>11} {:>9} {:>11}  {:<26} {:>8}\n",
+        "phase", "start MiB/s", "end MiB/s", "best static", "(setting)", "end/best"
+    );
+    for (i, name, pts) in runs {
+        let Some(pi) = PHASES.iter().position(|p| p.0 == name) else {
+            continue;
+        };
+        let start: Vec<(f64, f64)> = pts
+            .iter()
+            .copied()
+            .filter(|p| p.0 > 1.0 && p.0 <= 6.0)
+            .collect();
+        let tail = &pts[pts.len().saturating_sub(5)..];
+        let (b, bm) = &best[pi];
+        let end = mean(tail);
+        s.push_str(&format!(
+            "{:<30} {:>11.1} {:>9.1} {:>11.1}  {:<26} {:>7.0}%\n",
+            format!("{i}. {name}"),
+            mean(&start),
+            end,
+            bm,
+            b,
+            end / bm * 100.0
+        ));
+    }
+    Ok(s)
 }
 
 struct Kill(Option<Child>);
@@ -164,10 +288,26 @@ pub fn run_demo(args: Args) -> Result<()> {
         .caps_mib(&[10.0, 20.0, 40.0, 80.0])
         .mem_mib(768)
         .boot()?;
+    tb.sh("pathpilot create --all --selector round-robin >/dev/null")?;
+    println!(
+        "demo: the yardstick: {} static settings x {} phases, {} s each",
+        STATICS.len(),
+        PHASES.len(),
+        args.static_secs + 1
+    );
+    // Like with like: the static settings pay the observer's cost too (in
+    // the emulated guest it is large), as `pathpilot stat` at the daemon's
+    // 1 s windows.
+    tb.sh("pathpilot stat --interval 1s >/dev/null 2>&1 & echo $! > /tmp/stat.pid")?;
+    let best = yardstick(&tb, args.static_secs);
+    tb.sh("kill $(cat /tmp/stat.pid)")?;
+    let best = best?;
+    tb.sh("pathpilot reload mpatha --selector round-robin >/dev/null")?;
+    println!("demo: the daemon starts from round-robin");
     tb.sh(&format!(
         "mkdir -p /etc/pathpilot && echo {} | base64 -d > /etc/pathpilot/config.toml && \
          (pathpilot daemon > /tmp/daemon.log 2>&1 &)",
-        b64(CONFIG)
+        b64(&config())
     ))?;
     let t0 = Instant::now();
     while status(&tb).is_err() {
@@ -231,11 +371,13 @@ pub fn run_demo(args: Args) -> Result<()> {
         let _ = std::fs::remove_file(&sock);
     } else {
         println!(
-            "demo: {} s, a summary every 5 s (phases change every {} s)",
+            "demo: {} s, a summary every 10 s (phases change every {} s)",
             args.secs, args.phase_secs
         );
         while t0.elapsed() < Duration::from_secs(args.secs) {
-            std::thread::sleep(Duration::from_secs(5));
+            // Each status costs the emulated guest CPU that the tuner
+            // measures: not too often.
+            std::thread::sleep(Duration::from_secs(10));
             match summary(&tb, t0.elapsed().as_secs_f64()) {
                 Ok(l) => println!("{l}"),
                 Err(e) => println!("{:>5.0}s (no status: {e:#})", t0.elapsed().as_secs_f64()),
@@ -247,5 +389,13 @@ pub fn run_demo(args: Args) -> Result<()> {
     println!("demo: the map now:\n{}", tb.sh("pathpilot list")?);
     let s = status(&tb)?;
     println!("demo: decisions by outcome: {}", s["decision_counts"]);
+    // fio writes its log when it ends: stop the workload first.
+    tb.sh("kill $(cat /tmp/workload.pid); killall -INT fio; \
+         while pidof fio >/dev/null; do sleep 0.2; done")?;
+    println!(
+        "\ndemo: per phase, from round-robin (fio's per-second figures; best static \
+         measured above in this boot, with the observer attached):\n{}",
+        phase_table(&tb, &best)?
+    );
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The stall of a table reload (DESIGN.md section 1): how long a reader's
 //! I/O is held while a map is suspended and resumed, for pathpilot's ioctl
-//! path and for `dmsetup load/suspend/resume` of the same table, at idle,
-//! QD4 and QD16, in one VM run.
+//! path and for `dmsetup` doing what multipathd does with the same table
+//! (a load, then one resume with noflush: the kernel suspends inside the
+//! resume, so no process starts while I/O is held), at idle, QD4 and QD16,
+//! in one VM run.
 //!
 //! The stall is measured as the reader sees it: fio logs every completion
 //! with its latency (wall-clock timestamps), each reload is bracketed by
@@ -63,7 +65,7 @@ impl Method {
     fn name(self) -> &'static str {
         match self {
             Method::Pathpilot => "pathpilot",
-            Method::Dmsetup => "dmsetup",
+            Method::Dmsetup => "dmsetup load+resume",
         }
     }
 
@@ -75,7 +77,7 @@ impl Method {
                 "pathpilot reload mpatha --force --json | tr -d ' \\n' | sed -n 's/.*\"stall\":\\([0-9]*\\).*/\\1/p'"
             }
             Method::Dmsetup => {
-                "dmsetup load mpatha --table \"$T\" && dmsetup suspend --noflush --nolockfs mpatha && dmsetup resume mpatha && echo -"
+                "dmsetup load mpatha --table \"$T\" && dmsetup resume --noflush mpatha && echo -"
             }
         }
     }

@@ -15,7 +15,7 @@ use crate::{
     daemon::{
         actuator,
         policy::{
-            hotplug,
+            failback, hotplug,
             no_path_retry::NoPathRetry,
             outside,
             repair::{self, Repair},
@@ -23,9 +23,10 @@ use crate::{
         },
     },
     discovery::{self, naming},
+    dm::Message,
     lock::MapLock,
     mpath::{
-        Feature, MultipathTable, Selector,
+        Feature, MultipathStatus, MultipathTable, Selector,
         grouping::{self, Candidate, Grouping},
     },
     tuner::Tuner,
@@ -428,6 +429,33 @@ impl Engine {
                 continue;
             };
             note_status(&mut self.maps[mi], &st, now);
+            self.fail_back(mi, &st);
+        }
+    }
+
+    /// An ALUA map of ours running on a lower group while the first one
+    /// has a usable path again goes back to it (multipathd's failback).
+    fn fail_back(&mut self, mi: usize, st: &MultipathStatus) {
+        let m = &self.maps[mi];
+        let alua = m
+            .table
+            .as_ref()
+            .and_then(|t| t.hw_handler.as_ref())
+            .is_some_and(|h| h.name == "alua");
+        if !m.managed || !alua || self.hands_off() {
+            return;
+        }
+        let Some(g) = failback::failback(st) else {
+            return;
+        };
+        let msg = Message::SwitchGroup(g);
+        match self.dm.message(&m.name, &msg) {
+            Ok(()) => say!(
+                "{}: failback: path group {g} has a usable path again: sent {}",
+                m.name,
+                msg.render()
+            ),
+            Err(e) => say!("{}: failback: {} failed: {e}", m.name, msg.render()),
         }
     }
 

@@ -3,6 +3,7 @@
 //! operator changes something. The engine is the loop that feeds them what
 //! the kernel shows and carries out what they decide, through
 //! [`super::ops::MapOps`] where device-mapper is involved.
+pub mod failback;
 pub mod hotplug;
 pub mod no_path_retry;
 pub mod outside;

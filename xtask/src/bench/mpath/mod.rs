@@ -314,7 +314,7 @@ impl Report {
             groups.last_mut().unwrap().bars.push(chart::Bar {
                 label,
                 value: r.p.mib_s,
-                ours: r.config == "pathpilot",
+                ours: r.config.starts_with("pathpilot"),
             });
         }
         chart::draw(
@@ -388,6 +388,9 @@ pub fn wwid() -> String {
     format!("3{:x}", xtask::testbed::WWN)
 }
 
+/// The row of the map multipath-tools itself builds, unconfigured.
+pub const MULTIPATH_TOOLS: &str = "multipath-tools default";
+
 /// A static configuration of the honoured knobs (DESIGN.md section 1).
 #[derive(Clone, Debug)]
 pub struct Static {
@@ -403,6 +406,8 @@ pub struct Static {
     pub repeat: Option<u32>,
     /// Measure this raw path instead of the map (single-path).
     pub raw: Option<usize>,
+    /// Load the table multipath-tools built for the LUN, as it is.
+    pub multipath_tools: bool,
 }
 
 impl Static {
@@ -417,15 +422,15 @@ impl Static {
             queue_depth: None,
             repeat: None,
             raw: None,
+            multipath_tools: false,
         }
     }
     /// The five configurations every scenario compares.
     pub fn standard(single: usize) -> Vec<Static> {
         let mut raw = Static::sel("single-path", "service-time");
         raw.raw = Some(single);
-        let mut mpd = Static::sel("multipathd-default", "service-time");
-        mpd.repeat = Some(1);
-        mpd.weights = vec![];
+        let mut mpd = Static::sel(MULTIPATH_TOOLS, "service-time");
+        mpd.multipath_tools = true;
         vec![
             raw,
             Static::sel("round-robin", "round-robin"),
@@ -464,7 +469,9 @@ impl Static {
     /// The knobs it sets, for the table.
     pub fn describe(&self) -> String {
         let mut v = vec![];
-        if let Some(i) = self.raw {
+        if self.multipath_tools {
+            v.push("multipath-tools' own map".to_string());
+        } else if let Some(i) = self.raw {
             v.push(format!("raw path {i}"));
         } else {
             v.push(self.selector.to_string());
@@ -516,6 +523,9 @@ pub struct Rig<'a> {
     pub dm: String,
     pub def: Defaults,
     daemon_cfg: String,
+    /// The table multipath-tools built for the LUN (params after
+    /// `multipath`), with no multipath.conf.
+    pub multipath_tools: String,
 }
 
 /// fio's figures of one run.
@@ -611,6 +621,17 @@ impl<'a> Rig<'a> {
     /// Makes `mpatha` (service-time, one group of every path) and reads the
     /// defaults.
     pub fn new(tb: &'a Testbed, o: &'a Opts) -> Result<Rig<'a>> {
+        // First, the map multipath-tools makes of the LUN on its own (its
+        // baseline row loads that table as it is); then pathpilot's.
+        tb.multipath_tools("sda")
+            .context("multipath-tools' own map of the LUN")?;
+        let mt = tb.sh(&format!("dmsetup table {}", wwid()))?;
+        let multipath_tools = mt
+            .split_once(" multipath ")
+            .map(|(_, p)| p.trim().to_string())
+            .with_context(|| format!("multipath-tools made no multipath map: {mt}"))?;
+        tb.flush_multipath_tools()?;
+        eprintln!("bench: multipath-tools' own map: {multipath_tools}");
         tb.sh("pathpilot create --all --selector service-time >/dev/null")?;
         let dm = tb
             .sh("dmsetup info -c --noheadings -o minor mpatha")?
@@ -677,6 +698,7 @@ flap_hold_secs = 6
             dm,
             def,
             daemon_cfg,
+            multipath_tools,
         };
         eprintln!(
             "bench: map mpatha = {} over {} ({:?})",
@@ -687,6 +709,16 @@ flap_hold_secs = 6
         Ok(rig)
     }
 
+    /// What a configuration sets, for the table: multipath-tools' row
+    /// shows the table it built.
+    pub fn describe(&self, s: &Static) -> String {
+        if s.multipath_tools {
+            format!("its table: {}", self.multipath_tools)
+        } else {
+            s.describe()
+        }
+    }
+
     pub fn window_s(&self) -> f64 {
         f64::from(self.o.window_s)
     }
@@ -694,6 +726,25 @@ flap_hold_secs = 6
     /// Sets every honoured knob to `s` (the rest to the defaults); returns
     /// the table the kernel holds.
     pub fn apply(&self, s: &Static) -> Result<String> {
+        if s.multipath_tools {
+            // As multipathd reloads: a load, then one noflush resume; the
+            // queue knobs at the map's defaults.
+            let d = &self.def;
+            let size = self.tb.sh("dmsetup table mpatha | cut -d' ' -f2")?;
+            let script = format!(
+                "export DM_DISABLE_UDEV=1\n\
+                 dmsetup load mpatha --table '0 {} multipath {}' && dmsetup resume --noflush mpatha\n\
+                 pathpilot set mpatha max_sectors_kb={} nr_requests={} scheduler={} queue_depth={} >/dev/null\n\
+                 dmsetup table mpatha",
+                size.trim(),
+                self.multipath_tools,
+                d.max_sectors_kb,
+                d.nr_requests,
+                d.scheduler,
+                d.queue_depth
+            );
+            return Ok(self.tb.sh(&script)?.trim().to_string());
+        }
         let n = self.disks.len();
         let active: Vec<usize> = if s.active.is_empty() {
             (0..n).collect()
@@ -1006,7 +1057,7 @@ pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<
             }
             let named = Static::standard(0).iter().any(|x| x.name == s.name);
             let row = Row::new(&w.case, if named { &s.name } else { "grid" }, p)
-                .with("setting", json!(s.describe()));
+                .with("setting", json!(rig.describe(s)));
             if named {
                 rows.push(row);
             } else {
@@ -1016,18 +1067,11 @@ pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<
         if let Some((si, p)) = best {
             rows.push(
                 Row::new(&w.case, "oracle", p)
-                    .with("setting", json!(statics[si].describe()))
+                    .with("setting", json!(rig.describe(&statics[si])))
                     .with("label", json!("oracle")),
             );
         }
-        let (pts, settle, settled, settings, log) = &ours[wi];
-        rows.push(
-            Row::new(&w.case, "pathpilot", Point::median_of(pts))
-                .with("settle_s", json!((settle * 10.0).round() / 10.0))
-                .with("settled", json!(settled))
-                .with("setting", json!(settings))
-                .with("decisions", json!(log)),
-        );
+        rows.push(ours_row(&w.case, "pathpilot", &ours[wi]));
         rows.extend(grid_rows);
     }
     Ok(rows)
@@ -1035,10 +1079,33 @@ pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<
 
 type Ours = (Vec<Point>, f64, bool, String, Vec<String>);
 
+/// The row of a daemon run: median, settle time, settings, decisions.
+pub fn ours_row(case: &str, config: &str, o: &Ours) -> Row {
+    let (pts, settle, settled, settings, log) = o;
+    Row::new(case, config, Point::median_of(pts))
+        .with("settle_s", json!((settle * 10.0).round() / 10.0))
+        .with("settled", json!(settled))
+        .with("setting", json!(settings))
+        .with("decisions", json!(log))
+}
+
 /// The daemon from the map's defaults: for each workload, run it until the
 /// tuner settles, then measure it `reps` times with the daemon running.
 pub fn tune_and_measure(rig: &Rig, workloads: &[Workload]) -> Result<Vec<Ours>> {
-    rig.reset()?;
+    tune_and_measure_from(rig, workloads, None)
+}
+
+/// As [`tune_and_measure`], the map set to `start` first (the worst
+/// static setting, say) instead of its defaults.
+pub fn tune_and_measure_from(
+    rig: &Rig,
+    workloads: &[Workload],
+    start: Option<&Static>,
+) -> Result<Vec<Ours>> {
+    match start {
+        Some(s) => rig.apply(s).map(drop)?,
+        None => rig.reset().map(drop)?,
+    }
     rig.start_daemon("tune")?;
     let mut out = vec![];
     let mut seen = 0;

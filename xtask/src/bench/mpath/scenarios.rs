@@ -5,7 +5,13 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use xtask::testbed::{Link, Testbed};
 
-use super::{Opts, Point, Report, Rig, Row, Static, Workload, compare, show_settings};
+use super::{
+    MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Workload, compare, ours_row,
+    show_settings, tune_and_measure_from,
+};
+
+/// The row of the daemon started from round-robin.
+const FROM_RR: &str = "pathpilot from rr";
 
 fn boot(paths: usize, caps: &[f64], link: Link) -> xtask::testbed::Builder {
     Testbed::builder()
@@ -51,6 +57,11 @@ pub fn asym(o: &Opts) -> Result<Report> {
     }];
     let mut r = Report::new("asym", Link::Throttle, caps.iter().sum());
     r.rows = compare(&rig, &w, &statics)?;
+    // The tuner from the worst static setting: its own work, not the
+    // default's.
+    let rr = Static::sel("round-robin", "round-robin");
+    let from_rr = tune_and_measure_from(&rig, &w, Some(&rr))?;
+    r.rows.push(ours_row(case, FROM_RR, &from_rr[0]));
     tb.power_off()?;
     let pp = r.row(case, "pathpilot").map_or(f64::NAN, |x| x.p.mib_s);
     let share = pp / r.sum_of_caps;
@@ -60,6 +71,15 @@ pub fn asym(o: &Opts) -> Result<Report> {
     );
     let x = ratio(&r, case, "pathpilot", "round-robin");
     r.verdict(format!("pathpilot >= 3x round-robin: {x:.2}x"), x >= 3.0);
+    let (pts, settle, ..) = &from_rr[0];
+    let share = Point::median_of(pts).mib_s / r.sum_of_caps;
+    r.verdict(
+        format!(
+            "{FROM_RR}: >= 95% of the sum of caps within 30 s: {:.0}% after {settle:.0} s",
+            share * 100.0
+        ),
+        share >= 0.95 && *settle <= 30.0,
+    );
     Ok(r)
 }
 
@@ -158,9 +178,9 @@ pub fn merge(o: &Opts) -> Result<Report> {
         r.rows.extend(compare(&rig, &w, &statics)?);
         tb.power_off()?;
         let target = if shared { 5.0 } else { 3.0 };
-        let x = ratio(&r, case, "pathpilot", "multipathd-default");
+        let x = ratio(&r, case, "pathpilot", MULTIPATH_TOOLS);
         r.verdict(
-            format!("{case}: pathpilot >= {target}x multipathd-default: {x:.2}x"),
+            format!("{case}: pathpilot >= {target}x {MULTIPATH_TOOLS}: {x:.2}x"),
             x >= target,
         );
     }
@@ -275,7 +295,7 @@ pub fn switch(o: &Opts) -> Result<Report> {
             },
             summarize(&pts),
         )
-        .with("setting", json!(s.describe()))
+        .with("setting", json!(rig.describe(s)))
         .with("phases", phase_json(&pts))
         .with("label", json!(s.name));
         eprintln!("bench: switch / {}: {:.1} MiB/s", s.name, row.p.mib_s);
