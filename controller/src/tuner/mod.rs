@@ -596,25 +596,12 @@ impl Tuner {
         if let Some(tr) = self.dropped.take()
             && self.mode == Mode::Tune
         {
-            self.note(
-                t,
-                Some(tr.knob),
-                &tr.to.show(tr.knob),
-                &tr.from.show(tr.knob),
-                Some(tr.base.mean),
-                Some(w.mib_s),
-                format!("{}: paused during the trial: reverted unjudged", tr.reason),
-                Outcome::Reverted,
-            );
             if let Some(c) = self.class {
                 self.tried
                     .insert((c.key(), tr.knob, trial_value(tr.knob, &tr.to)), t);
             }
-            self.phase = Phase::Recovering(self.cfg.settle_windows);
-            return Some(Action {
-                to: tr.from,
-                knob: tr.knob,
-            });
+            let why = format!("{}: paused during the trial: reverted unjudged", tr.reason);
+            return self.undo_unjudged(t, tr, w, why);
         }
         let class = Class::of(w)?;
         if class.size == Size::Medium
@@ -768,21 +755,8 @@ impl Tuner {
             Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _)
                 if self.mode == Mode::Tune =>
             {
-                self.note(
-                    t,
-                    Some(tr.knob),
-                    &tr.to.show(tr.knob),
-                    &tr.from.show(tr.knob),
-                    Some(tr.base.mean),
-                    Some(w.mib_s),
-                    format!("{why} during the trial: undone unjudged, to be tried again"),
-                    Outcome::Reverted,
-                );
-                self.phase = Phase::Recovering(self.cfg.settle_windows);
-                Some(Action {
-                    to: tr.from,
-                    knob: tr.knob,
-                })
+                let why = format!("{why} during the trial: undone unjudged, to be tried again");
+                self.undo_unjudged(t, tr, w, why)
             }
             // A baseline (or a pause's recovery) simply starts over.
             Phase::Recovering(n) => {
@@ -795,6 +769,25 @@ impl Tuner {
             }
             _ => None,
         }
+    }
+
+    /// Puts back what a trial changed without judging it, and recovers.
+    fn undo_unjudged(&mut self, t: f64, tr: Trial, w: &Window, why: String) -> Option<Action> {
+        self.note(
+            t,
+            Some(tr.knob),
+            &tr.to.show(tr.knob),
+            &tr.from.show(tr.knob),
+            Some(tr.base.mean),
+            Some(w.mib_s),
+            why,
+            Outcome::Reverted,
+        );
+        self.phase = Phase::Recovering(self.cfg.settle_windows);
+        Some(Action {
+            to: tr.from,
+            knob: tr.knob,
+        })
     }
 
     fn class_changed(&mut self, t: f64, class: Class, w: &Window) -> Option<Action> {
