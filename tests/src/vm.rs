@@ -72,7 +72,8 @@ pub struct Disk {
 
 /// Guest-side helpers on top of [`Testbed`].
 pub trait TestbedExt {
-    /// The SCSI disks, sorted by name.
+    /// The SCSI disks in path order (the testbed's path i has SCSI target
+    /// id i; names follow probe order, which differs between boots).
     fn disks(&self) -> Result<Vec<Disk>>;
     /// Waits until exactly `n` SCSI disks exist (after a pull or restore).
     fn wait_disks(&self, n: usize, timeout: Duration) -> Result<Vec<Disk>>;
@@ -107,20 +108,25 @@ pub fn multipath_table(sectors: u64, selector: &str, devs: &[&str]) -> String {
 impl TestbedExt for Testbed {
     fn disks(&self) -> Result<Vec<Disk>> {
         let out = self.sh("for d in /sys/block/sd*; do [ -e \"$d\" ] || continue; \
-             echo \"${d##*/} $(cat $d/dev) $(cat $d/device/wwid 2>/dev/null | tr ' ' _)\"; done")?;
-        let mut v: Vec<Disk> = out
+             echo \"$(basename $(readlink $d/device) | cut -d: -f3) ${d##*/} $(cat $d/dev) \
+             $(cat $d/device/wwid 2>/dev/null | tr ' ' _)\"; done")?;
+        let mut v: Vec<(usize, Disk)> = out
             .lines()
             .filter_map(|l| {
                 let mut it = l.split_whitespace();
-                Some(Disk {
-                    name: it.next()?.into(),
-                    dev: it.next()?.into(),
-                    wwid: it.next().unwrap_or_default().into(),
-                })
+                let target = it.next()?.parse().ok()?;
+                Some((
+                    target,
+                    Disk {
+                        name: it.next()?.into(),
+                        dev: it.next()?.into(),
+                        wwid: it.next().unwrap_or_default().into(),
+                    },
+                ))
             })
             .collect();
-        v.sort_by(|a, b| (a.name.len(), &a.name).cmp(&(b.name.len(), &b.name)));
-        Ok(v)
+        v.sort_by(|(ta, a), (tb, b)| (ta, a.name.len(), &a.name).cmp(&(tb, b.name.len(), &b.name)));
+        Ok(v.into_iter().map(|(_, d)| d).collect())
     }
 
     fn wait_disks(&self, n: usize, timeout: Duration) -> Result<Vec<Disk>> {

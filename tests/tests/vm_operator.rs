@@ -53,13 +53,17 @@ fn a_path_failed_by_hand_stays_failed_across_reloads_and_restarts() -> Result<()
     wait_map_ready(&tb, 3)?;
     let job = tb.spawn(&verified_writer(75))?;
     std::thread::sleep(Duration::from_secs(3));
-    let out = tb.sh("pathpilot path fail sda")?;
+    // Path 0 by hand, path 2 leaves and returns, path 2 goes offline: one
+    // disk each, whatever names the guest gave them.
+    let disks = tb.disks()?;
+    let (hand, hdev) = (disks[0].name.clone(), disks[0].dev.clone());
+    let out = tb.sh(&format!("pathpilot path fail {hand}"))?;
     eprintln!("{}", out.trim());
     assert!(
         out.contains("active -> failed") && out.contains("daemon"),
         "{out}"
     );
-    assert!(is_failed(&tb, "8:0")?);
+    assert!(is_failed(&tb, &hdev)?);
     // Another path leaves (its SCSI device deleted): the daemon reloads.
     tb.pull_path(2)?;
     poll(
@@ -69,8 +73,8 @@ fn a_path_failed_by_hand_stays_failed_across_reloads_and_restarts() -> Result<()
         |tb| Ok(states(tb)?.len() == 2),
     )?;
     assert!(
-        is_failed(&tb, "8:0")?,
-        "sda active again after the reload that dropped a path:\n{}",
+        is_failed(&tb, &hdev)?,
+        "{hand} active again after the reload that dropped a path:\n{}",
         daemon_log(&tb)
     );
     // It returns (a new disk, a host rescan): the daemon reloads again.
@@ -82,25 +86,24 @@ fn a_path_failed_by_hand_stays_failed_across_reloads_and_restarts() -> Result<()
         |tb| Ok(states(tb)?.len() == 3),
     )?;
     assert!(
-        is_failed(&tb, "8:0")?,
-        "sda active again after the reload that added a path:\n{}",
+        is_failed(&tb, &hdev)?,
+        "{hand} active again after the reload that added a path:\n{}",
         daemon_log(&tb)
     );
     // A restart: the state file keeps the operator's decision.
     stop_daemon(&tb)?;
     start_daemon(&tb, &config(), "")?;
     std::thread::sleep(Duration::from_secs(3));
-    assert!(is_failed(&tb, "8:0")?, "{}", daemon_log(&tb));
+    assert!(is_failed(&tb, &hdev)?, "{}", daemon_log(&tb));
     let s = daemon_status(&tb)?;
-    let sda = s["maps"][0]["paths"]
+    let held = s["maps"][0]["paths"]
         .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == "sda").cloned())
-        .context("sda in the status")?;
-    assert_eq!(sda["operator_failed"], true, "{sda}");
+        .and_then(|p| p.iter().find(|p| p["name"] == hand.as_str()).cloned())
+        .context("the path failed by hand in the status")?;
+    assert_eq!(held["operator_failed"], true, "{held}");
     // A path the checker holds failed (its device offline) stays failed
     // across a reload too: here an operator's.
-    let disks = tb.disks()?;
-    let last = disks.last().context("disks")?.clone();
+    let last = tb.disks()?.get(2).context("path 2")?.clone();
     tb.sh(&format!(
         "echo offline > /sys/block/{}/device/state",
         last.name
@@ -116,7 +119,7 @@ fn a_path_failed_by_hand_stays_failed_across_reloads_and_restarts() -> Result<()
     assert!(out.contains("pinned: selector"), "{out}");
     let st = states(&tb)?;
     assert!(
-        is_failed(&tb, "8:0")? && is_failed(&tb, &last.dev)?,
+        is_failed(&tb, &hdev)? && is_failed(&tb, &last.dev)?,
         "after the operator's reload: {st:?}\n{}",
         daemon_log(&tb)
     );
@@ -128,15 +131,17 @@ fn a_path_failed_by_hand_stays_failed_across_reloads_and_restarts() -> Result<()
         Ok(!is_failed(tb, &last.dev)?)
     })?;
     // Only a reinstate by hand ends it.
-    assert!(is_failed(&tb, "8:0")?);
-    tb.sh("pathpilot path reinstate sda")?;
-    assert!(!is_failed(&tb, "8:0")?);
+    assert!(is_failed(&tb, &hdev)?);
+    tb.sh(&format!("pathpilot path reinstate {hand}"))?;
+    assert!(!is_failed(&tb, &hdev)?);
     expect_clean(&tb, &job, "failed by hand, across reloads and a restart")?;
     // Both daemons' logs (the decision log itself starts anew with each).
     let dl = daemon_log(&tb);
     assert!(
-        dl.contains("path sda (8:0) failed by the operator")
-            && dl.contains("8:0 failed again after the reload (failed by the operator)"),
+        dl.contains(&format!("path {hand} ({hdev}) failed by the operator"))
+            && dl.contains(&format!(
+                "{hdev} failed again after the reload (failed by the operator)"
+            )),
         "{dl}"
     );
     Ok(())

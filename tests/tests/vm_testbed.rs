@@ -89,15 +89,10 @@ fn throttle_map_gets_sum_of_caps() -> Result<()> {
         "map {map:.1} MiB/s < 2.5 x one path {one:.1} MiB/s"
     );
 
-    // Caps change live (QMP qom-set on the path's throttle group). Path 0
-    // is the disk on the first SCSI host: names follow probe order, which
-    // can differ.
+    // Caps change live (QMP qom-set on the path's throttle group).
     tb.set_caps(0, 5.0, 0)?;
-    let first = tb.sh(
-        "for d in /sys/block/sd*; do h=$(ls $d/device/scsi_device); echo \"${h%%:*} ${d##*/}\"; done \
-         | sort -n | head -1 | cut -d' ' -f2",
-    )?;
-    let slow = tb.fio_read_mib(&format!("/dev/{}", first.trim()), 4, FIO_SECS, 0)?;
+    let first = tb.disks()?[0].name.clone();
+    let slow = tb.fio_read_mib(&format!("/dev/{first}"), 4, FIO_SECS, 0)?;
     eprintln!("MEASURED path 0 after set_caps(5 MiB/s): {slow:.1} MiB/s");
     ensure!(
         (3.5..7.5).contains(&slow),

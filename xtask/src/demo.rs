@@ -73,19 +73,33 @@ const PHASES: [(&str, &str); 3] = [
     ),
 ];
 
-/// The static settings measured per phase: name, `pathpilot reload` args.
-const STATICS: [(&str, &str); 4] = [
-    ("round-robin", "--selector round-robin"),
-    ("queue-length", "--selector queue-length"),
-    (
-        "service-time",
-        "--selector service-time --weights sda=1,sdb=1,sdc=1,sdd=1",
-    ),
+/// The static settings measured per phase: name, selector, service-time
+/// weights of the paths in path order (none: the selector's defaults).
+const STATICS: [(&str, &str, Option<[u32; 4]>); 4] = [
+    ("round-robin", "round-robin", None),
+    ("queue-length", "queue-length", None),
+    ("service-time", "service-time", Some([1, 1, 1, 1])),
     (
         "service-time 13:25:50:100",
-        "--selector service-time --weights sda=13,sdb=25,sdc=50,sdd=100",
+        "service-time",
+        Some([13, 25, 50, 100]),
     ),
 ];
+
+/// `pathpilot reload` args for a static setting; `disks` are the path
+/// names in path order (names follow probe order, so they are looked up).
+fn static_args(selector: &str, weights: Option<[u32; 4]>, disks: &[String]) -> String {
+    let mut a = format!("--selector {selector}");
+    if let Some(w) = weights {
+        let w: Vec<String> = disks
+            .iter()
+            .zip(w)
+            .map(|(d, w)| format!("{d}={w}"))
+            .collect();
+        a.push_str(&format!(" --weights {}", w.join(",")));
+    }
+    a
+}
 
 /// The workload: the phases in turn, each fio run numbered, its phase in
 /// /tmp/phase-N and its throughput per second in /tmp/bw-N_bw.1.log.
@@ -125,7 +139,9 @@ fn measure(tb: &Testbed, args: &str, secs: u64) -> Result<f64> {
 /// The best static setting of each phase: (setting, MiB/s).
 fn yardstick(tb: &Testbed, secs: u64) -> Result<Vec<(String, f64)>> {
     let mut best = vec![(String::new(), 0.0); PHASES.len()];
-    for (sname, sargs) in STATICS {
+    let disks: Vec<String> = tb.path_disks()?.into_iter().map(|(_, n)| n).collect();
+    for (sname, selector, weights) in STATICS {
+        let sargs = static_args(selector, weights, &disks);
         tb.sh(&format!("pathpilot reload mpatha {sargs} >/dev/null"))?;
         for (pi, (pname, pargs)) in PHASES.iter().enumerate() {
             let mib = measure(tb, pargs, secs)?;

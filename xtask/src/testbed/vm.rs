@@ -384,14 +384,11 @@ impl Testbed {
         } else {
             format!("t{i}")
         };
-        let mut dev = format!(
-            "scsi-hd,id=hd{i},bus=scsi{i}.0,drive={top},wwn={WWN:#x},serial={SERIAL},share-rw=on"
+        // The target id tells the guest which disk is path i: the disks
+        // probe in parallel, so names and host numbers can differ by boot.
+        let dev = format!(
+            "scsi-hd,id=hd{i},bus=scsi{i}.0,drive={top},wwn={WWN:#x},serial={SERIAL},share-rw=on,scsi-id={i}"
         );
-        // An array's ports sit on the paths in order: the target id tells
-        // the guest which disk is path i.
-        if self.cfg.alua.is_some() {
-            dev.push_str(&format!(",scsi-id={i}"));
-        }
         (top, dev)
     }
 
@@ -488,14 +485,28 @@ impl Testbed {
         Ok(())
     }
 
-    /// Builds the ALUA array over the QEMU paths (path i is the disk with
-    /// SCSI target id i).
-    fn build_array(&self, spec: &AluaSpec) -> Result<Vec<AluaPort>> {
-        let raw = self.sh(
-            "for d in /sys/block/sd*; do t=$(basename $(readlink $d/device) | cut -d: -f3); \
-             echo \"$t ${d##*/}\"; done | sort -n | cut -d' ' -f2",
+    /// The QEMU disks present, in path order: path i is the disk with SCSI
+    /// target id i (see `scsi_hd`). A pulled path is missing from the list.
+    pub fn path_disks(&self) -> Result<Vec<(usize, String)>> {
+        let out = self.sh(
+            "for d in /sys/block/sd*; do [ -e \"$d/device\" ] || continue; \
+             grep -q QEMU $d/device/vendor || continue; \
+             echo \"$(basename $(readlink $d/device) | cut -d: -f3) ${d##*/}\"; done",
         )?;
-        let raw: Vec<String> = raw.lines().map(str::to_string).collect();
+        let mut disks: Vec<(usize, String)> = out
+            .lines()
+            .filter_map(|l| {
+                let (t, name) = l.split_once(' ')?;
+                Some((t.parse().ok()?, name.to_string()))
+            })
+            .collect();
+        disks.sort();
+        Ok(disks)
+    }
+
+    /// Builds the ALUA array over the QEMU paths, in path order.
+    fn build_array(&self, spec: &AluaSpec) -> Result<Vec<AluaPort>> {
+        let raw: Vec<String> = self.path_disks()?.into_iter().map(|(_, n)| n).collect();
         let out = self.sh(&spec.setup_script(&raw)?)?;
         let ports: Vec<AluaPort> = out
             .lines()
@@ -776,13 +787,8 @@ impl Testbed {
         let (top, _) = self.scsi_hd(i);
         self.qmp(
             "device_add",
-            if self.cfg.alua.is_some() {
-                json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
-                       "wwn": WWN, "serial": SERIAL, "share-rw": true, "scsi-id": i})
-            } else {
-                json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
-                       "wwn": WWN, "serial": SERIAL, "share-rw": true})
-            },
+            json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
+                   "wwn": WWN, "serial": SERIAL, "share-rw": true, "scsi-id": i}),
         )
         .with_context(|| format!("restore path {i}"))?;
         Ok(t.elapsed())

@@ -638,21 +638,7 @@ impl<'a> Rig<'a> {
             .trim()
             .to_string();
         let dm = format!("dm-{dm}");
-        // Path order = SCSI host order = the testbed's path index.
-        let list = tb.sh(
-            "for d in /sys/block/sd*; do echo $(ls $d/device/scsi_device) $(basename $d); done",
-        )?;
-        let mut disks: Vec<(u32, String)> = list
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let hctl = it.next()?;
-                let name = it.next()?;
-                Some((hctl.split(':').next()?.parse().ok()?, name.to_string()))
-            })
-            .collect();
-        disks.sort();
-        let disks: Vec<String> = disks.into_iter().map(|(_, n)| n).collect();
+        let disks: Vec<String> = tb.path_disks()?.into_iter().map(|(_, n)| n).collect();
         let q = tb.sh(&format!(
             "cd /sys/block/{dm}/queue && cat max_sectors_kb nr_requests scheduler && cat /sys/block/{}/device/queue_depth",
             disks[0]
