@@ -186,6 +186,10 @@ fn draw_maps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 fn state_style(s: &str) -> Style {
     match s {
         "ok" | "active" | "ready" => Style::default().fg(Color::Green),
+        // Marginal (set aside) or on probation: sick, still usable.
+        "marg" | "prob" => Style::default()
+            .fg(Color::Yellow)
+            .add_modifier(Modifier::BOLD),
         "-" => Style::default(),
         _ => Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
     }

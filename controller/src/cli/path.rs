@@ -1,5 +1,6 @@
-//! `pathpilot path fail|reinstate DEV`: a path's state in its map, by
-//! message (no reload, no stall), read back from the map's status.
+//! `pathpilot path fail|reinstate|unmark DEV`: a path's state in its map,
+//! by message (no reload, no stall), read back from the map's status; or
+//! the end of a marginal state the daemon judged.
 use anyhow::{Result, bail};
 use clap::{Args as ClapArgs, ValueEnum};
 use serde::Serialize;
@@ -23,6 +24,9 @@ pub enum Action {
     Fail,
     /// Put a failed path back into use.
     Reinstate,
+    /// End the marginal state the daemon judged the path in: it leaves
+    /// the map's last group and serves again at once (daemon only).
+    Unmark,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -91,6 +95,7 @@ pub fn run(args: Args) -> Result<()> {
     let msg = match args.action {
         Action::Fail => Message::FailPath(dev),
         Action::Reinstate => Message::ReinstatePath(dev),
+        Action::Unmark => return unmark(&args, &map, dev),
     };
     // Through the daemon when it manages the map: it keeps the path
     // failed across reloads and restarts until reinstated the same way.
@@ -99,6 +104,9 @@ pub fn run(args: Args) -> Result<()> {
             path: dev.to_string(),
         },
         Action::Reinstate => Request::Reinstate {
+            path: dev.to_string(),
+        },
+        Action::Unmark => Request::Unmark {
             path: dev.to_string(),
         },
     };
@@ -132,20 +140,49 @@ pub fn run(args: Args) -> Result<()> {
             match (by_daemon, args.action) {
                 (true, Action::Fail) =>
                     "; by the pathpilot daemon, which keeps it failed until reinstated",
-                (true, Action::Reinstate) => "; by the pathpilot daemon",
+                (true, _) => "; by the pathpilot daemon",
                 _ => "",
             }
         );
     }
     let wanted = match args.action {
         Action::Fail => "failed",
-        Action::Reinstate => "active",
+        Action::Reinstate | Action::Unmark => "active",
     };
     if report.after != wanted {
         bail!(
             "{map}: the kernel reports {} as {} after {msg}",
             report.path,
             report.after
+        );
+    }
+    Ok(())
+}
+
+/// Marginal states live in the daemon: without one there is nothing to end.
+fn unmark(args: &Args, map: &str, dev: DevNum) -> Result<()> {
+    let req = Request::Unmark {
+        path: dev.to_string(),
+    };
+    let data = match route::change(map, "pathpilot path", &req)? {
+        Via::Daemon(d) => d,
+        Via::Here(_) => bail!(
+            "{map}: no pathpilot daemon manages it, and only the daemon judges paths marginal: \
+             nothing to unmark"
+        ),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+    } else {
+        let was = data["was"].as_str().unwrap_or("?");
+        println!(
+            "{map}: {} ({dev}) {was} -> healthy{}",
+            display_name(dev),
+            if was == "healthy" {
+                " (it was not marginal)"
+            } else {
+                "; by the pathpilot daemon: it serves again"
+            }
         );
     }
     Ok(())

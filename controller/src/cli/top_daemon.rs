@@ -131,7 +131,13 @@ impl DaemonSource {
             device: p.name.clone(),
             hctl: p.hctl.clone(),
             dev: p.dev.clone(),
-            dm_state: p.dm_state.clone(),
+            // A path set aside (or back on probation) is marked in the
+            // DM column; failed says more, and wins.
+            dm_state: match p.health.as_str() {
+                "marginal" if p.dm_state == "active" => "marg".into(),
+                "probation" if p.dm_state == "active" => "prob".into(),
+                _ => p.dm_state.clone(),
+            },
             checker: p.checker.clone(),
             iops: p.rates.iops,
             mib_s,
@@ -274,6 +280,13 @@ mod tests {
         assert_eq!(sdc.lat_p99_us, Some(1800.0));
         assert_eq!(m.maps[1].tuner, "paused");
         assert!(m.maps[1].paths.is_empty());
+        // A marginal path that is active is marked; a failed one says so.
+        let mut s = view();
+        s.maps[0].paths[0].health = "marginal".into();
+        let m = src.model(&s);
+        assert_eq!(m.maps[0].paths[0].dm_state, "marg");
+        assert_eq!(m.maps[0].paths[1].dm_state, "failed");
+        let m = DaemonSource::new("/nonexistent".into(), Duration::from_secs(1)).model(&view());
 
         assert_eq!(m.decisions.len(), 3);
         let d = &m.decisions[1];

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
+use super::policy::marginal;
 use crate::{
     discovery::{Filter, Rule},
     mpath::{Selector, grouping::Grouping},
@@ -28,6 +29,7 @@ pub struct Config {
     pub maps: MapsConfig,
     pub checker: CheckerConfig,
     pub tuner: TunerConfig,
+    pub marginal: marginal::Config,
     pub filter: FilterConfig,
 }
 
@@ -100,6 +102,7 @@ impl Default for Config {
             maps: MapsConfig::default(),
             checker: CheckerConfig::default(),
             tuner: TunerConfig::default(),
+            marginal: marginal::Config::default(),
             filter: FilterConfig::default(),
         }
     }
@@ -303,6 +306,26 @@ impl Config {
             if !(0.0..=86400.0 * 1000.0).contains(&v) {
                 return bad(k, format!("{v} is out of range"));
             }
+        }
+        let m = &self.marginal;
+        for (k, v, range) in [
+            ("latency_ratio", m.latency_ratio, 1.5..=1000.0),
+            ("error_rate_pct", m.error_rate_pct, 0.01..=100.0),
+            ("sample_secs", m.sample_secs, 0.0..=3600.0),
+            ("recovery_secs", m.recovery_secs, 1.0..=86400.0),
+        ] {
+            if !range.contains(&v) {
+                return bad(
+                    k,
+                    format!("{v} is out of range ({} to {})", range.start(), range.end()),
+                );
+            }
+        }
+        if !(1..=100_000).contains(&m.min_samples) {
+            return bad(
+                "min_samples",
+                format!("{} is out of range (1 to 100000)", m.min_samples),
+            );
         }
         self.filter()
             .map_err(|e| format!("{}{e}", line_of("deny")))?;
@@ -558,6 +581,48 @@ pub const KEYS: &[KeyDoc] = &[
         doc: "before a rejected or failed change is tried again",
     },
     KeyDoc {
+        section: "marginal",
+        key: "enabled",
+        default: |c| Some(c.marginal.enabled.to_string()),
+        example: None,
+        doc: "judge paths sick from their I/O, set them aside",
+    },
+    KeyDoc {
+        section: "marginal",
+        key: "latency_ratio",
+        default: |c| Some(toml_num(c.marginal.latency_ratio)),
+        example: None,
+        doc: "bad: service time this x the peers' (beyond usual)",
+    },
+    KeyDoc {
+        section: "marginal",
+        key: "error_rate_pct",
+        default: |c| Some(toml_num(c.marginal.error_rate_pct)),
+        example: None,
+        doc: "bad: this share of its commands failed",
+    },
+    KeyDoc {
+        section: "marginal",
+        key: "sample_secs",
+        default: |c| Some(toml_num(c.marginal.sample_secs)),
+        example: None,
+        doc: "bad this long on end: marginal",
+    },
+    KeyDoc {
+        section: "marginal",
+        key: "recovery_secs",
+        default: |c| Some(toml_num(c.marginal.recovery_secs)),
+        example: None,
+        doc: "set aside this long, doubled per episode",
+    },
+    KeyDoc {
+        section: "marginal",
+        key: "min_samples",
+        default: |c| Some(c.marginal.min_samples.to_string()),
+        example: None,
+        doc: "latency samples a window needs to judge a path",
+    },
+    KeyDoc {
         section: "filter",
         key: "deny",
         default: |c| Some(toml_list(&c.filter.deny)),
@@ -577,6 +642,7 @@ pub const KEYS: &[KeyDoc] = &[
 fn section_doc(section: &str) -> &'static str {
     match section {
         "filter" => "multipath.conf blacklist semantics",
+        "marginal" => "sick paths (README: Marginal paths)",
         _ => "",
     }
 }
@@ -694,6 +760,18 @@ allow = ["wwid=^3500"]
         assert_eq!(Config::default().grouping(false), Grouping::Multibus);
         let e = Config::parse("[checker]\ntimeout_secs = -1").unwrap_err();
         assert!(e.contains("line 2: timeout_secs"), "{e}");
+        let e = Config::parse("[marginal]\nenabled = true\nlatency_ratio = 1").unwrap_err();
+        assert!(
+            e.contains("line 3: latency_ratio: 1 is out of range (1.5 to 1000)"),
+            "{e}"
+        );
+        let e = Config::parse("[marginal]\nmin_samples = 0").unwrap_err();
+        assert!(e.contains("line 2: min_samples"), "{e}");
+        let e = Config::parse("[marginal]\nsample_time = 4").unwrap_err();
+        assert!(e.contains("sample_time"), "{e}");
+        let c = Config::parse("[marginal]\nenabled = false\nrecovery_secs = 60").unwrap();
+        assert!(!c.marginal.enabled);
+        assert_eq!(c.marginal.recovery_secs, 60.0);
         let e = Config::parse("[filter]\ndeny = [\"nonsense\"]").unwrap_err();
         assert!(e.contains("line 2") && e.contains("nonsense"), "{e}");
         let e = Config::parse("window_secs = \"five\"").unwrap_err();

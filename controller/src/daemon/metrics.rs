@@ -402,6 +402,13 @@ pub fn render(s: &DaemonStatus) -> String {
         |p| p.checker_ms.map(|ms| ms / 1000.0),
     );
     o.each(
+        "pathpilot_path_marginal",
+        "gauge",
+        "1 when the daemon judges the path marginal (set aside in the map's last group).",
+        &paths,
+        |p| Some(f64::from(u8::from(p.health == "marginal"))),
+    );
+    o.each(
         "pathpilot_path_dm_failures",
         "gauge",
         "device-mapper's fail count of the path (reset by a table reload).",
@@ -630,6 +637,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         rates: rates(10.0 * k as f64),
         totals: totals(k),
         operator_failed: false,
+        health: if k == 2 { "marginal" } else { "healthy" }.into(),
     };
     let decision = |seq: u64, knob: Option<Knob>, old: &str, new: &str, outcome, reason: &str| {
         LoggedDecision {
@@ -853,6 +861,8 @@ mod tests {
         has(&format!(r#"pathpilot_map_ios_total{{{a},dir="write"}} 30"#));
         has(&format!(r#"pathpilot_path_up{{{a},path="sdc"}} 0"#));
         has(&format!(r#"pathpilot_path_checker_ok{{{a},path="sdb"}} 1"#));
+        has(&format!(r#"pathpilot_path_marginal{{{a},path="sdb"}} 0"#));
+        has(&format!(r#"pathpilot_path_marginal{{{a},path="sdc"}} 1"#));
         has(&format!(
             r#"pathpilot_path_share_ratio{{{a},path="sdb"}} 0.75"#
         ));

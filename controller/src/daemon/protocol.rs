@@ -36,6 +36,10 @@ pub enum Request {
     Reinstate {
         path: String,
     },
+    /// End a path's marginal state (or probation): it serves again.
+    Unmark {
+        path: String,
+    },
     /// Change the tuner mode of one map, or of all when `map` is absent.
     Mode {
         mode: Mode,
@@ -175,6 +179,10 @@ mod tests {
         );
         assert!(parse(r#"{"cmd":"set","target":"sdb","settings":["queue_depth=4"]}"#).is_ok());
         assert!(parse(r#"{"cmd":"reload","map":"m","expect":"a","table":"b"}"#).is_ok());
+        assert_eq!(
+            parse(r#"{"cmd":"unmark","path":"sdb"}"#).unwrap(),
+            Request::Unmark { path: "sdb".into() }
+        );
     }
 
     #[test]
@@ -198,5 +206,6 @@ mod tests {
         assert!(!Request::Status.is_change());
         assert!(!Request::Log { since: None }.is_change());
         assert!(Request::Fail { path: "sda".into() }.is_change());
+        assert!(Request::Unmark { path: "sda".into() }.is_change());
     }
 }

@@ -78,6 +78,10 @@ pub struct PathState {
     /// until an operator reinstates it.
     #[serde(default)]
     pub operator_failed: bool,
+    /// From its I/O: "healthy", "marginal" (set aside in the map's last
+    /// group) or "probation" (serving again, watched).
+    #[serde(default)]
+    pub health: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

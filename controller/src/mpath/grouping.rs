@@ -4,7 +4,7 @@
 //! come from discovery.
 use serde::{Deserialize, Serialize};
 
-use super::{HwHandler, ModelError, MultipathTable, Path, PriorityGroup, Selector};
+use super::{HwHandler, ModelError, MultipathTable, Path, PathArgs, PriorityGroup, Selector};
 use crate::blockdev::DevNum;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +162,90 @@ pub fn regroup(
     Some(t)
 }
 
+/// The arguments a path takes in `g`: its own where they have the
+/// group's arity (a group's paths all have the same number), else the
+/// selector's defaults, else a copy of a peer's.
+fn args_for(g: &PriorityGroup, own: &PathArgs) -> PathArgs {
+    let default = g.selector.default_path_args();
+    let want = match (g.paths.first(), &default) {
+        (Some(p), _) => p.args.arity(),
+        (None, Some(d)) => d.arity(),
+        (None, None) => own.arity(),
+    };
+    if own.arity() == want {
+        return own.clone();
+    }
+    match (default, g.paths.first()) {
+        (Some(d), _) if d.arity() == want => d,
+        (_, Some(p)) => p.args.clone(),
+        _ => own.clone(),
+    }
+}
+
+/// `table` with the `marginal` paths set aside in a last group of their
+/// own (multipath-tools' `marginal_pathgroups`): dm uses it only once no
+/// other group has a usable path. A marginal path missing from `table`
+/// (a tuner's table over the healthy paths only) is taken from `live`
+/// with its arguments; one in neither is gone and skipped. Never sets
+/// every path aside: then `table` is returned as it is.
+pub fn set_aside(
+    table: &MultipathTable,
+    live: &MultipathTable,
+    marginal: &[DevNum],
+) -> MultipathTable {
+    let mut t = table.clone();
+    let mut aside: Vec<Path> = vec![];
+    for d in marginal {
+        let p = match t.find_path(*d) {
+            Some(_) if t.paths().count() > 1 => t.remove_path(*d).ok(),
+            Some(_) => return table.clone(),
+            None => live.find_path(*d).cloned(),
+        };
+        aside.extend(p);
+    }
+    if aside.is_empty() || t.groups.is_empty() {
+        return table.clone();
+    }
+    let mut g = PriorityGroup {
+        selector: t.groups[0].selector.clone(),
+        selector_args: t.groups[0].selector_args.clone(),
+        paths: vec![],
+    };
+    for p in aside {
+        let args = args_for(&g, &p.args);
+        g.paths.push(Path { dev: p.dev, args });
+    }
+    t.groups.push(g);
+    t
+}
+
+/// `table` with `dev` back in group `home` (1-based; the first group if
+/// there is no such group any more), from wherever it was set aside.
+pub fn take_back(table: &MultipathTable, dev: DevNum, home: usize) -> MultipathTable {
+    let mut t = table.clone();
+    let Some(at) = t.group_of(dev) else {
+        return t;
+    };
+    if at == home || t.paths().count() == 1 {
+        return t;
+    }
+    let Ok(p) = t.remove_path(dev) else {
+        return table.clone();
+    };
+    // Removing the path may have removed its group (always after `home`:
+    // the set-aside group is last), so `home` still names the same group.
+    let home = if home >= 1 && home <= t.groups.len() {
+        home
+    } else {
+        1
+    };
+    let args = args_for(&t.groups[home - 1], &p.args);
+    if t.add_path(home, Path { dev, args }).is_err() {
+        return table.clone();
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +327,59 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    fn line(s: &str) -> MultipathTable {
+        MultipathTable::parse_line(s).unwrap()
+    }
+
+    #[test]
+    fn a_marginal_path_is_set_aside_in_a_last_group_and_taken_back() {
+        let live = line("0 100 multipath 0 0 1 1 service-time 0 3 2 8:0 1 10 8:16 1 20 8:32 1 40");
+        let sdb = DevNum::new(8, 16);
+        let aside = set_aside(&live, &live, &[sdb]);
+        assert_eq!(
+            aside.render_line(),
+            "0 100 multipath 0 0 2 1 service-time 0 2 2 8:0 1 10 8:32 1 40 \
+             service-time 0 1 2 8:16 1 20"
+        );
+        // Idempotent: every reload sets it aside again, to the same table.
+        assert_eq!(set_aside(&aside, &aside, &[sdb]), aside);
+        assert_eq!(
+            take_back(&aside, sdb, 1).render_line(),
+            "0 100 multipath 0 0 1 1 service-time 0 3 2 8:0 1 10 8:32 1 40 8:16 1 20"
+        );
+        // Never every path aside.
+        let two = [DevNum::new(8, 0), DevNum::new(8, 32)];
+        let all = [two[0], sdb, two[1]];
+        assert_eq!(set_aside(&live, &live, &all), live);
+    }
+
+    #[test]
+    fn a_tuners_table_without_the_marginal_path_gets_it_from_the_live_one() {
+        // The live table has round-robin (one argument per path); the
+        // tuner's new one service-time over the two healthy paths.
+        let live =
+            line("0 100 multipath 0 0 2 1 round-robin 0 2 1 8:0 1 8:32 1 round-robin 0 1 1 8:16 1");
+        let tuned = line("0 100 multipath 0 0 1 1 service-time 0 2 2 8:0 1 30 8:32 1 70");
+        let t = set_aside(&tuned, &live, &[DevNum::new(8, 16), DevNum::new(8, 48)]);
+        assert_eq!(
+            t.render_line(),
+            "0 100 multipath 0 0 2 1 service-time 0 2 2 8:0 1 30 8:32 1 70 \
+             service-time 0 1 2 8:16 1 1"
+        );
+        // An ALUA map: the marginal group comes after the non-optimized one.
+        let alua = line(
+            "0 100 multipath 0 1 alua 2 1 queue-length 0 2 1 8:0 1 8:16 1 queue-length 0 1 1 8:32 1",
+        );
+        let t = set_aside(&alua, &alua, &[DevNum::new(8, 0)]);
+        assert_eq!(
+            t.render_line(),
+            "0 100 multipath 0 1 alua 3 1 queue-length 0 1 1 8:16 1 queue-length 0 1 1 8:32 1 \
+             queue-length 0 1 1 8:0 1"
+        );
+        assert_eq!(take_back(&t, DevNum::new(8, 0), 1).groups[0].paths.len(), 2);
+        // A home group that is gone: the first.
+        assert_eq!(take_back(&t, DevNum::new(8, 0), 7).groups[0].paths.len(), 2);
     }
 }

@@ -132,11 +132,14 @@ pub enum Outcome {
     /// The array moved its ports' ALUA states: the map was regrouped and
     /// tuning starts over on the new first group.
     Array,
+    /// A path turned marginal (set aside), went on probation or is
+    /// healthy again.
+    Marginal,
 }
 
 impl Outcome {
     /// Every outcome, for counters that start at 0.
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Trying,
         Outcome::Kept,
         Outcome::Reverted,
@@ -150,6 +153,7 @@ impl Outcome {
         Outcome::Released,
         Outcome::Outside,
         Outcome::Array,
+        Outcome::Marginal,
     ];
 
     /// The word in logs and metrics (its JSON form).
@@ -168,6 +172,7 @@ impl Outcome {
             Outcome::Released => "released",
             Outcome::Outside => "outside",
             Outcome::Array => "array",
+            Outcome::Marginal => "marginal",
         }
     }
 }
@@ -455,11 +460,26 @@ impl Tuner {
     /// the map: the paths that carry I/O are others now, so what was
     /// measured (trial, baseline, path capacities) is of no use.
     pub fn array_changed(&mut self, t: f64, why: &str, now: Option<Settings>) {
-        self.event(
+        self.regrouped(
             t,
             format!("{why}: regrouped; tuning starts again on the new first group"),
             Outcome::Array,
+            now,
         );
+    }
+
+    /// A path's health changed (`why`); `now`: the daemon regrouped the
+    /// map for it (a path set aside or back), and tuning starts over on
+    /// the paths in service. Without it (advise mode) only the decision.
+    pub fn health_changed(&mut self, t: f64, why: String, now: Option<Settings>) {
+        match now {
+            Some(now) => self.regrouped(t, why, Outcome::Marginal, Some(now)),
+            None => self.event(t, why, Outcome::Marginal),
+        }
+    }
+
+    fn regrouped(&mut self, t: f64, why: String, outcome: Outcome, now: Option<Settings>) {
+        self.event(t, why, outcome);
         if let Some(now) = now {
             self.current = now;
         }

@@ -15,7 +15,7 @@ use crate::{
     daemon::{
         actuator,
         policy::{
-            failback, hotplug,
+            failback, hotplug, marginal,
             no_path_retry::NoPathRetry,
             outside,
             repair::{self, Repair},
@@ -234,6 +234,8 @@ impl Engine {
             totals: Default::default(),
             cgroups: vec![],
             class: None,
+            health: marginal::Model::new(self.cfg.marginal.clone()),
+            set_aside: vec![],
         };
         if managed {
             let tp = entry.tuned_paths();
@@ -387,6 +389,8 @@ impl Engine {
         }
         let m = &mut self.maps[mi];
         let changed = !gone.is_empty() || !added.is_empty();
+        m.set_aside.retain(|d| devs.contains(d));
+        m.health.retain(&devs.iter().copied().collect::<Vec<_>>());
         m.paths.extend(added);
         m.paths
             .sort_by(|a, b| discovery::disk_order(&a.name, &b.name));
@@ -519,6 +523,10 @@ impl Engine {
         else {
             return;
         };
+        // Paths set aside as marginal stay so: no change if that is all.
+        if grouping::set_aside(&new, &table, &m.set_aside) == table {
+            return;
+        }
         let name = m.name.clone();
         let states: Vec<String> = devs
             .iter()

@@ -26,6 +26,7 @@ use super::{
     checker::{Checkers, Verdict},
     config::Config,
     policy::{
+        marginal,
         no_path_retry::NoPathRetry,
         outside,
         sync::{self, Hold},
@@ -40,11 +41,12 @@ use crate::{
     blockdev::DevNum,
     dm::{self, Dm, Message, multipathd},
     lock::{Locks, MapLock},
-    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector},
+    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
     observer::{DeviceInterval, Observer, Scope, Snapshot},
     tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
 };
 
+mod health;
 mod maps;
 mod operator;
 
@@ -89,6 +91,8 @@ struct PathEntry {
     admin_failed: bool,
     fail_count: u32,
     group: usize,
+    /// The group it was in before it was set aside as marginal.
+    home: usize,
     totals: Totals,
 }
 
@@ -103,6 +107,7 @@ impl PathEntry {
             admin_failed,
             fail_count: 0,
             group,
+            home: group,
             totals: Totals::default(),
         }
     }
@@ -141,11 +146,15 @@ struct MapEntry {
     totals: Totals,
     cgroups: Vec<(u64, u64)>,
     class: Option<String>,
+    /// Its paths' health (marginal or not), from their figures.
+    health: marginal::Model,
+    /// The marginal paths the daemon set aside in the map's last group.
+    set_aside: Vec<DevNum>,
 }
 
 impl MapEntry {
     /// The paths the tuner works on, in its order: every path, or the
-    /// first group's when the groups are fixed.
+    /// first group's when the groups are fixed; never one set aside.
     fn tuned_paths(&self) -> Vec<(String, DevNum)> {
         let first: Option<Vec<DevNum>> = self
             .fixed_groups
@@ -156,6 +165,7 @@ impl MapEntry {
         self.paths
             .iter()
             .filter(|p| first.as_ref().is_none_or(|f| f.contains(&p.dev)))
+            .filter(|p| !self.set_aside.contains(&p.dev))
             .map(|p| (p.name.clone(), p.dev))
             .collect()
     }
@@ -394,6 +404,10 @@ impl Engine {
     ) -> Result<sync::Reloaded> {
         let held = self.held(&self.maps[mi]);
         let name = self.maps[mi].name.clone();
+        // Marginal paths stay set aside whatever the reload is for, as
+        // held paths stay failed.
+        let m = &self.maps[mi];
+        let table = &grouping::set_aside(table, m.table.as_ref().unwrap_or(table), &m.set_aside);
         let dm = &self.dm;
         let r = lock.journaled(|| sync::reload(dm, &name, table, &held))??;
         for (dev, why) in &r.synced.refailed {
@@ -530,10 +544,11 @@ impl Engine {
                         t.set_mode(c.mode);
                         t.set_config(c.tuner());
                     }
+                    m.health.set_config(c.marginal.clone());
                 }
                 say!(
-                    "SIGHUP: configuration {} re-read (mode {:?}; checker, tuner and map \
-                     settings apply from now on)",
+                    "SIGHUP: configuration {} re-read (mode {:?}; checker, tuner, marginal \
+                     and map settings apply from now on)",
                     self.config_path,
                     c.mode
                 );
@@ -729,15 +744,16 @@ impl Engine {
             let tuned_pis: Vec<DeviceInterval> = m
                 .paths
                 .iter()
-                .zip(pis)
+                .zip(&pis)
                 .filter(|(p, _)| tuned.iter().any(|(_, d)| *d == p.dev))
-                .map(|(_, i)| i)
+                .map(|(_, i)| i.clone())
                 .collect();
             let w = Window::from_intervals(&mi_int, bio_bytes, &tuned_pis);
             m.class = crate::tuner::Class::of(&w).map(|c| c.key());
             if m.tuner.is_none() {
                 continue;
             }
+            self.judge_health(mi, t, &pis);
             self.check_knobs(mi, t);
             let m = &self.maps[mi];
             let failed: Vec<String> = m
@@ -981,6 +997,7 @@ impl Engine {
                                 rates,
                                 totals: p.totals.clone(),
                                 operator_failed: p.admin_failed,
+                                health: m.health.state(p.dev).word().into(),
                             }
                         })
                         .collect(),

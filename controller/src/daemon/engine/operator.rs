@@ -46,6 +46,7 @@ impl Engine {
             Request::Resume { map } => self.pause(&map, false, t),
             Request::Fail { path } => self.path_message(&path, true),
             Request::Reinstate { path } => self.path_message(&path, false),
+            Request::Unmark { path } => self.op_unmark(&path),
             Request::Mode { mode, map } => {
                 let mut n = 0;
                 for m in &mut self.maps {
@@ -203,6 +204,41 @@ impl Engine {
                 }))
             }
             Err(e) => Response::err(ErrorCode::Kernel, format!("{map}: {e}")),
+        }
+    }
+
+    /// Ends a path's marginal state for the operator: it serves again at
+    /// once, judged afresh.
+    fn op_unmark(&mut self, path: &str) -> Response {
+        let Some((mi, pi)) = self.find_path(path) else {
+            return Response::err(
+                ErrorCode::NotFound,
+                format!("'{path}' is not a path of any map"),
+            );
+        };
+        let map = self.maps[mi].name.clone();
+        if let Err(r) = self.managed_map(&map) {
+            return r;
+        }
+        let (name, dev) = (
+            self.maps[mi].paths[pi].name.clone(),
+            self.maps[mi].paths[pi].dev,
+        );
+        let was = self.maps[mi].health.state(dev).word();
+        match self.unmark(mi, dev) {
+            Ok(true) => {
+                self.log_operator(
+                    &map,
+                    format!("path {name} ({dev}) unmarked by the operator (was {was})"),
+                );
+                Response::ok(serde_json::json!({
+                    "map": map, "path": name, "was": was, "health": "healthy",
+                }))
+            }
+            Ok(false) => Response::ok(serde_json::json!({
+                "map": map, "path": name, "was": was, "health": "healthy",
+            })),
+            Err(e) => Response::err(ErrorCode::Kernel, format!("{map}: {e:#}")),
         }
     }
 

@@ -5,6 +5,7 @@
 //! [`super::ops::MapOps`] where device-mapper is involved.
 pub mod failback;
 pub mod hotplug;
+pub mod marginal;
 pub mod no_path_retry;
 pub mod outside;
 pub mod repair;

@@ -1,0 +1,639 @@
+//! Marginal paths: a path that is not dead but sick (it answers many
+//! times slower than its peers, or fails some of its commands) is judged
+//! from the I/O the observer already sees, with no probe traffic, and set
+//! aside in a last path group (multipath-tools' `marginal_pathgroups`)
+//! until a recovery time has passed; then it serves again on probation.
+//!
+//! Slow is relative, and measured so that the selector does not matter:
+//! a path's *service time* in its busiest request-size class is its
+//! median latency divided by the requests it held in flight on average
+//! (Little's law, at least one): a busy path's is the time it takes per
+//! request, which round-robin's queueing on a slow path does not inflate;
+//! an idle path's is its latency. It is divided by the median of its
+//! peers' in the same class (a slower array slows every path alike), and
+//! that ratio by the path's usual one (paths of unequal speed are normal:
+//! the tuner's business). The usual ratio is learnt per routing setting
+//! (selector, weights, active paths) and size class, from the first
+//! `LEARN_WINDOWS` windows under it and then from healthy windows: an
+//! idle path's latency is not a busy path's time per request, so the
+//! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
+//! (it gets little) and 30x under round-robin (it queues), and a trial of
+//! the tuner is no sickness. Until learnt, latency judges nothing.
+//! A path is *bad* in a window when that is at least `latency_ratio`, or
+//! when its error rate is at least `error_rate_pct`; *marginal* when bad
+//! for `sample_secs` on end.
+//! A window without enough samples says nothing.
+//! Each episode doubles the next recovery time (up to 8x), so a path that
+//! toggles does not flap the map; a long healthy spell forgets them.
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::blockdev::DevNum;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub enabled: bool,
+    /// Bad: service time at least this many times the peers' median,
+    /// beyond the path's usual ratio to them.
+    pub latency_ratio: f64,
+    /// Bad: at least this share of the path's commands failed (percent).
+    pub error_rate_pct: f64,
+    /// Bad for this long on end: marginal.
+    pub sample_secs: f64,
+    /// Set aside this long before serving again on probation (doubled
+    /// per episode).
+    pub recovery_secs: f64,
+    /// Latency samples a path needs in a window to be judged on latency.
+    pub min_samples: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: true,
+            latency_ratio: 8.0,
+            error_rate_pct: 1.0,
+            sample_secs: 3.0,
+            recovery_secs: 20.0,
+            min_samples: 5,
+        }
+    }
+}
+
+/// Completions a window needs before its error rate counts.
+const MIN_COMMANDS: u64 = 50;
+/// How fast a path's usual ratio follows its healthy windows.
+const USUAL_ALPHA: f64 = 0.1;
+/// Windows that learn a path's usual ratio under a new setting.
+const LEARN_WINDOWS: u32 = 5;
+/// Episodes beyond which the recovery time stops doubling.
+const MAX_DOUBLINGS: u32 = 3;
+
+/// One path's figures over a window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub dev: DevNum,
+    /// It carries the map's I/O (not failed, not set aside).
+    pub in_service: bool,
+    /// Per request-size class: (class, latency samples, median µs).
+    pub latency: Vec<(&'static str, u64, f64)>,
+    pub completed: u64,
+    pub errors: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    Healthy,
+    /// Set aside until `back_at`.
+    Marginal {
+        since: f64,
+        back_at: f64,
+    },
+    /// Serving again; judged as any path, against its usual ratio.
+    Probation {
+        since: f64,
+    },
+}
+
+impl State {
+    pub fn word(&self) -> &'static str {
+        match self {
+            State::Healthy => "healthy",
+            State::Marginal { .. } => "marginal",
+            State::Probation { .. } => "probation",
+        }
+    }
+}
+
+/// A path's change of state, with the figures behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    pub dev: DevNum,
+    pub to: &'static str,
+    pub why: String,
+}
+
+#[derive(Clone, Debug)]
+struct PathHealth {
+    state: State,
+    bad_since: Option<f64>,
+    /// What made the path bad first in this run of bad windows.
+    bad_why: String,
+    /// Windows of the run that were judged bad (not merely silent).
+    bad_windows: u32,
+    good_since: Option<f64>,
+    /// The usual log-ratio to the peers, and the windows behind it, per
+    /// routing setting and size class.
+    usual: BTreeMap<String, (f64, u32)>,
+    episodes: u32,
+    healthy_since: f64,
+}
+
+impl PathHealth {
+    fn new(t: f64) -> Self {
+        PathHealth {
+            state: State::Healthy,
+            bad_since: None,
+            bad_why: String::new(),
+            bad_windows: 0,
+            good_since: None,
+            usual: BTreeMap::new(),
+            episodes: 0,
+            healthy_since: t,
+        }
+    }
+}
+
+/// The health of one map's paths.
+#[derive(Clone, Debug)]
+pub struct Model {
+    cfg: Config,
+    paths: BTreeMap<DevNum, PathHealth>,
+}
+
+/// Service time per request, µs: median latency over the mean number of
+/// requests in flight (at least one), from `n` completions in `secs`.
+fn service_us(median_us: f64, n: u64, secs: f64) -> f64 {
+    let in_flight = n as f64 * median_us / 1e6 / secs.max(1e-3);
+    median_us / in_flight.max(1.0)
+}
+
+/// A path's service-time ratio to its peers in its busiest size class:
+/// (ratio, class, its service time, the peers' median).
+fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'static str, f64, f64)> {
+    let (class, n, lat) = s
+        .latency
+        .iter()
+        .filter(|(_, n, _)| *n >= min)
+        .max_by_key(|(_, n, _)| *n)?;
+    let mine = service_us(*lat, *n, secs);
+    let mut peers: Vec<f64> = all
+        .iter()
+        .filter(|p| p.dev != s.dev && p.in_service)
+        .filter_map(|p| {
+            p.latency
+                .iter()
+                .find(|(c, n, _)| c == class && *n >= min)
+                .map(|l| service_us(l.2, l.1, secs))
+        })
+        .collect();
+    if peers.is_empty() {
+        return None;
+    }
+    peers.sort_by(f64::total_cmp);
+    let mid = peers.len() / 2;
+    let median = if peers.len().is_multiple_of(2) {
+        (peers[mid - 1] + peers[mid]) / 2.0
+    } else {
+        peers[mid]
+    };
+    (median > 0.0).then(|| (mine / median, *class, mine, median))
+}
+
+impl Model {
+    pub fn new(cfg: Config) -> Self {
+        Model {
+            cfg,
+            paths: BTreeMap::new(),
+        }
+    }
+
+    /// New settings (SIGHUP); what was judged stays.
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = cfg;
+    }
+
+    pub fn state(&self, dev: DevNum) -> State {
+        self.paths
+            .get(&dev)
+            .map_or(State::Healthy, |p| p.state.clone())
+    }
+
+    /// The paths to keep set aside now.
+    pub fn marginal(&self) -> Vec<DevNum> {
+        self.paths
+            .iter()
+            .filter(|(_, p)| matches!(p.state, State::Marginal { .. }))
+            .map(|(d, _)| *d)
+            .collect()
+    }
+
+    /// An operator ends a path's marginal state (or probation): healthy,
+    /// with its episodes forgotten. False if it was healthy already.
+    pub fn unmark(&mut self, dev: DevNum, t: f64) -> bool {
+        let Some(p) = self.paths.get_mut(&dev) else {
+            return false;
+        };
+        let was = p.state != State::Healthy;
+        p.state = State::Healthy;
+        p.bad_since = None;
+        p.good_since = None;
+        p.episodes = 0;
+        p.healthy_since = t;
+        was
+    }
+
+    /// Paths that left the map are forgotten.
+    pub fn retain(&mut self, devs: &[DevNum]) {
+        self.paths.retain(|d, _| devs.contains(d));
+    }
+
+    /// One window's figures (`secs` long, ending at time `t`, under the
+    /// routing setting named `setting`): the paths whose state changed.
+    pub fn step(
+        &mut self,
+        t: f64,
+        secs: f64,
+        setting: &str,
+        samples: &[Sample],
+    ) -> Vec<Transition> {
+        let mut out = vec![];
+        if !self.cfg.enabled {
+            return out;
+        }
+        let cfg = self.cfg.clone();
+        // Never the last path in service: a sick path beats none.
+        let serving = samples.iter().filter(|s| s.in_service).count();
+        let mut set_aside_now = 0;
+        for s in samples {
+            let p = self
+                .paths
+                .entry(s.dev)
+                .or_insert_with(|| PathHealth::new(t));
+            if let State::Marginal { back_at, .. } = p.state {
+                if t >= back_at {
+                    p.state = State::Probation { since: t };
+                    p.bad_since = None;
+                    p.good_since = None;
+                    out.push(Transition {
+                        dev: s.dev,
+                        to: "probation",
+                        why: format!(
+                            "set aside {:.0} s: serving again on probation",
+                            t - p.healthy_since
+                        ),
+                    });
+                }
+                continue;
+            }
+            if !s.in_service {
+                p.bad_since = None;
+                continue;
+            }
+            // A window that says nothing goes on with a bad run (a slow
+            // path gets few requests from a load-aware selector), but only
+            // a bad window starts one.
+            let judged = judge(&cfg, s, samples, secs, setting, &p.usual);
+            let silent = judged.is_none();
+            let Verdict { bad, why, learn } = match judged {
+                Some(j) => j,
+                None if p.bad_since.is_some() && p.bad_windows >= 2 => Verdict {
+                    bad: true,
+                    why: "too few samples".to_string(),
+                    learn: None,
+                },
+                None => continue,
+            };
+            if !bad {
+                if let Some((key, l)) = learn {
+                    let (u, n) = p.usual.entry(key).or_insert((l, 0));
+                    let alpha = if *n < LEARN_WINDOWS {
+                        1.0 / f64::from(*n + 1)
+                    } else {
+                        USUAL_ALPHA
+                    };
+                    *u += alpha * (l - *u);
+                    *n += 1;
+                }
+                p.bad_since = None;
+                // Spans count from the start of their first window.
+                let good = *p.good_since.get_or_insert(t - secs);
+                if let State::Probation { since } = p.state
+                    && t - good >= cfg.sample_secs
+                {
+                    p.state = State::Healthy;
+                    p.healthy_since = t;
+                    out.push(Transition {
+                        dev: s.dev,
+                        to: "healthy",
+                        why: format!(
+                            "good for {:.0} s on probation (since {:.0} s ago): {why}",
+                            t - good,
+                            t - since
+                        ),
+                    });
+                }
+                if p.state == State::Healthy
+                    && p.episodes > 0
+                    && t - p.healthy_since >= 4.0 * cfg.recovery_secs
+                {
+                    p.episodes = 0;
+                }
+                continue;
+            }
+            p.good_since = None;
+            let since = *p.bad_since.get_or_insert(t - secs);
+            if since == t - secs {
+                p.bad_why = why.clone();
+                p.bad_windows = 0;
+            }
+            if !silent {
+                p.bad_windows += 1;
+            }
+            if t - since + 1e-9 < cfg.sample_secs || serving - set_aside_now <= 1 {
+                continue;
+            }
+            let hold = cfg.recovery_secs * f64::from(1u32 << p.episodes.min(MAX_DOUBLINGS));
+            p.episodes += 1;
+            p.state = State::Marginal {
+                since: t,
+                back_at: t + hold,
+            };
+            p.healthy_since = t;
+            p.bad_since = None;
+            set_aside_now += 1;
+            out.push(Transition {
+                dev: s.dev,
+                to: "marginal",
+                why: format!(
+                    "bad for {:.0} s ({}; now {why}): set aside for {hold:.0} s (episode {})",
+                    t - since,
+                    p.bad_why,
+                    p.episodes
+                ),
+            });
+        }
+        out
+    }
+}
+
+/// One window's judgement of a path.
+struct Verdict {
+    bad: bool,
+    why: String,
+    /// The log-ratio to its peers, and the key it is learnt under.
+    learn: Option<(String, f64)>,
+}
+
+/// Whether a path in service was bad in this window, and why; `None`
+/// when the window says nothing.
+fn judge(
+    cfg: &Config,
+    s: &Sample,
+    all: &[Sample],
+    secs: f64,
+    setting: &str,
+    usual: &BTreeMap<String, (f64, u32)>,
+) -> Option<Verdict> {
+    let commands = s.completed + s.errors;
+    let err_pct = (commands >= MIN_COMMANDS).then(|| s.errors as f64 * 100.0 / commands as f64);
+    if let Some(e) = err_pct
+        && e >= cfg.error_rate_pct
+    {
+        return Some(Verdict {
+            bad: true,
+            why: format!("{e:.1}% of {commands} commands failed"),
+            learn: None,
+        });
+    }
+    let Some((r, class, mine, peers)) = ratio(s, all, cfg.min_samples, secs) else {
+        return err_pct.map(|e| Verdict {
+            bad: false,
+            why: format!("{e:.1}% errors"),
+            learn: None,
+        });
+    };
+    let key = format!("{setting} {class}");
+    let figures = format!(
+        "service time {} {:.1} ms, peers {:.1} ms: {r:.1}x",
+        class,
+        mine / 1000.0,
+        peers / 1000.0
+    );
+    let l = r.ln();
+    let (bad, why) = match usual.get(&key) {
+        Some((u, n)) if *n >= LEARN_WINDOWS => {
+            let usual_r = u.exp();
+            (
+                r >= cfg.latency_ratio * usual_r,
+                format!("{figures} (usually {usual_r:.1}x)"),
+            )
+        }
+        _ => (false, format!("{figures} (learning)")),
+    };
+    Some(Verdict {
+        bad,
+        why,
+        learn: Some((key, l)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::policy::testing::d;
+
+    /// A 1 s window where path `i` completed `p[i].1` requests of the 64k
+    /// class with median `p[i].0` ms.
+    fn w(p: &[(f64, u64)], out: &[usize]) -> Vec<Sample> {
+        p.iter()
+            .enumerate()
+            .map(|(i, (ms, n))| Sample {
+                dev: d(16 * i as u32),
+                in_service: !out.contains(&i),
+                latency: vec![("64k-256k", *n, ms * 1000.0)],
+                completed: *n,
+                errors: 0,
+            })
+            .collect()
+    }
+
+    fn run(
+        m: &mut Model,
+        t0: f64,
+        secs: usize,
+        p: &[(f64, u64)],
+        out: &[usize],
+    ) -> Vec<(f64, Transition)> {
+        run_in(m, "st", t0, secs, p, out)
+    }
+
+    /// `run` under the routing setting named `setting`.
+    fn run_in(
+        m: &mut Model,
+        setting: &str,
+        t0: f64,
+        secs: usize,
+        p: &[(f64, u64)],
+        out: &[usize],
+    ) -> Vec<(f64, Transition)> {
+        let mut v = vec![];
+        for i in 0..secs {
+            let t = t0 + i as f64;
+            for tr in m.step(t, 1.0, setting, &w(p, out)) {
+                v.push((t, tr));
+            }
+        }
+        v
+    }
+
+    /// Four 20 MiB/s paths at QD16 of 64 KiB (4 in flight each).
+    const EVEN: [(f64, u64); 4] = [(12.5, 320), (12.5, 320), (12.5, 320), (12.5, 320)];
+    /// Path 1 at a twentieth of its rate: as many in flight (queue-length),
+    /// a twentieth of the completions.
+    const SICK: [(f64, u64); 4] = [(12.5, 320), (250.0, 16), (12.5, 320), (12.5, 320)];
+
+    #[test]
+    fn a_path_twenty_times_slower_is_set_aside_and_serves_again_after_recovery() {
+        let mut m = Model::new(Config::default());
+        assert!(run(&mut m, 0.0, 30, &EVEN, &[]).is_empty());
+        let tr = run(&mut m, 30.0, 10, &SICK, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        let (t, x) = &tr[0];
+        assert_eq!((x.dev, x.to), (d(16), "marginal"));
+        assert_eq!(*t, 32.0, "bad from the window ending at 30 s: 3 s at 32 s");
+        assert!(x.why.contains("20.0x"), "{}", x.why);
+        assert_eq!(m.marginal(), vec![d(16)]);
+        assert_eq!(m.state(d(16)).word(), "marginal");
+        // Set aside, it gets no I/O (the figures say nothing of it) ...
+        let aside = [(12.5, 420), (0.0, 0), (12.5, 420), (12.5, 420)];
+        assert!(run(&mut m, 40.0, 12, &aside, &[1]).is_empty());
+        // ... until its recovery time is over; healthy again, it stays.
+        let tr = run(&mut m, 52.0, 12, &EVEN, &[]);
+        let to: Vec<(f64, &str)> = tr.iter().map(|(t, x)| (*t, x.to)).collect();
+        assert_eq!(to, vec![(52.0, "probation"), (55.0, "healthy")]);
+        assert!(m.marginal().is_empty());
+    }
+
+    #[test]
+    fn silent_windows_carry_a_bad_run_but_do_not_start_one() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN, &[]);
+        // Bad twice, then the selector sends it too little to judge.
+        let few = [(12.5, 320), (250.0, 2), (12.5, 320), (12.5, 320)];
+        assert!(run(&mut m, 10.0, 2, &SICK, &[]).is_empty());
+        let tr = run(&mut m, 12.0, 3, &few, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].0, 12.0, "3 s from the start of the first bad window");
+        // One bad window (noise) and then silence: nothing.
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN, &[]);
+        assert!(run(&mut m, 10.0, 1, &SICK, &[]).is_empty());
+        assert!(run(&mut m, 11.0, 10, &few, &[]).is_empty());
+    }
+
+    #[test]
+    fn unequal_paths_and_the_tuners_trials_are_not_sickness() {
+        let mut m = Model::new(Config::default());
+        // 4/8/16/32 MiB/s under queue-length (4 in flight each).
+        let ql = [(62.5, 64), (31.2, 128), (15.6, 256), (7.8, 512)];
+        assert!(run_in(&mut m, "ql", 0.0, 30, &ql, &[]).is_empty());
+        // Under round-robin the slowest path holds 13 of the 16 requests
+        // while the others idle at their bare latency (the throttle's
+        // burst): 30x its peers, and its usual for this setting.
+        let rr = [(203.0, 64), (0.5, 64), (0.5, 64), (0.5, 64)];
+        assert!(run_in(&mut m, "rr", 30.0, 30, &rr, &[]).is_empty());
+        // Back and forth, as the tuner's trials go: nothing either.
+        assert!(run_in(&mut m, "ql", 60.0, 10, &ql, &[]).is_empty());
+        assert!(run_in(&mut m, "rr", 70.0, 10, &rr, &[]).is_empty());
+        // A path that really sickens is seen.
+        let sick = [(62.5, 64), (31.2, 128), (15.6, 256), (160.0, 25)];
+        let tr = run_in(&mut m, "ql", 80.0, 6, &sick, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].1.dev, d(48));
+        assert!(tr[0].1.why.contains("usually 0.2x"), "{}", tr[0].1.why);
+    }
+
+    #[test]
+    fn a_path_slow_from_the_start_is_learnt_not_judged() {
+        // Latency says nothing of a path until its usual is learnt: one
+        // slow since the daemon first saw it is unequal, not sick.
+        let mut m = Model::new(Config::default());
+        assert!(run(&mut m, 0.0, 30, &SICK, &[]).is_empty());
+        // A setting it has not seen yet is learnt first too.
+        assert!(run_in(&mut m, "rr", 30.0, 5, &EVEN, &[]).is_empty());
+        let tr = run_in(&mut m, "rr", 35.0, 5, &SICK, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+    }
+
+    #[test]
+    fn a_toggling_path_does_not_flap_the_map() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 20, &EVEN, &[]);
+        // Slow and fast every 5 s for 120 s.
+        let mut marginal = vec![];
+        for i in 0..120 {
+            let t = 20.0 + i as f64;
+            let slow = (i / 5) % 2 == 0;
+            let aside = m.marginal().contains(&d(16));
+            let p = if slow { SICK } else { EVEN };
+            for tr in m.step(t, 1.0, "st", &w(&p, if aside { &[1] } else { &[] })) {
+                if tr.to == "marginal" {
+                    marginal.push(t);
+                }
+            }
+        }
+        // At most 2 per minute, fewer as the recovery time doubles.
+        for start in [20.0, 80.0] {
+            let n = marginal
+                .iter()
+                .filter(|t| **t >= start && **t < start + 60.0)
+                .count();
+            assert!(n <= 2, "{marginal:?}");
+        }
+        assert!(!marginal.is_empty());
+    }
+
+    #[test]
+    fn errors_make_a_path_marginal_and_the_last_path_is_never_set_aside() {
+        let mut m = Model::new(Config::default());
+        let mut s = w(&[(12.5, 100), (12.5, 100)], &[]);
+        s[0].errors = 2; // 2 of 102: 2%
+        let mut marg = vec![];
+        for i in 0..6 {
+            marg.extend(m.step(i as f64, 1.0, "st", &s));
+        }
+        assert_eq!(marg.len(), 1);
+        assert!(
+            marg[0].why.contains("2.0% of 102 commands failed"),
+            "{}",
+            marg[0].why
+        );
+        // Now the other one errs too: it is the last in service, it stays.
+        s[0].in_service = false;
+        s[1].errors = 5;
+        for i in 6..20 {
+            let tr = m.step(i as f64, 1.0, "st", &s);
+            assert!(tr.iter().all(|x| x.dev != d(16)), "{tr:?}");
+        }
+    }
+
+    #[test]
+    fn too_few_samples_say_nothing_and_unmark_ends_it_by_hand() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN[..3], &[]);
+        let mut s = w(&SICK[..3], &[]);
+        s[1].latency[0].1 = 3;
+        for i in 10..20 {
+            assert!(m.step(i as f64, 1.0, "st", &s).is_empty());
+        }
+        s[1].latency[0].1 = 16;
+        for i in 20..30 {
+            m.step(i as f64, 1.0, "st", &s);
+        }
+        assert_eq!(m.marginal(), vec![d(16)]);
+        assert!(m.unmark(d(16), 30.0));
+        assert!(m.marginal().is_empty());
+        assert!(!m.unmark(d(16), 30.0));
+        // Disabled: nothing is judged.
+        let mut off = Model::new(Config {
+            enabled: false,
+            ..Config::default()
+        });
+        for i in 0..20 {
+            assert!(off.step(i as f64, 1.0, "st", &s).is_empty());
+        }
+    }
+}
