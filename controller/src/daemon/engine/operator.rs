@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use super::{Engine, say};
 use crate::{
+    blockdev::DevNum,
     daemon::{
         actuator,
         protocol::{ErrorCode, Request, Response},
@@ -149,24 +150,29 @@ impl Engine {
         Response::ok(serde_json::json!({ "map": map, "paused": paused }))
     }
 
+    /// A path of a managed map, for an operator's request on it: its map
+    /// and path index, the map's name, its own name and device.
+    fn managed_path(&self, path: &str) -> Result<(usize, usize, String, String, DevNum), Response> {
+        let Some((mi, pi)) = self.find_path(path) else {
+            return Err(Response::err(
+                ErrorCode::NotFound,
+                format!("'{path}' is not a path of any map"),
+            ));
+        };
+        let map = self.maps[mi].name.clone();
+        self.managed_map(&map)?;
+        let p = &self.maps[mi].paths[pi];
+        Ok((mi, pi, map, p.name.clone(), p.dev))
+    }
+
     /// Fails or reinstates a path by message, for the operator: a failed
     /// path stays failed (across reloads, restarts, the checker's verdicts)
     /// until reinstated the same way.
     fn path_message(&mut self, path: &str, fail: bool) -> Response {
-        let Some((mi, pi)) = self.find_path(path) else {
-            return Response::err(
-                ErrorCode::NotFound,
-                format!("'{path}' is not a path of any map"),
-            );
+        let (mi, pi, map, name, dev) = match self.managed_path(path) {
+            Ok(x) => x,
+            Err(r) => return r,
         };
-        let map = self.maps[mi].name.clone();
-        if let Err(r) = self.managed_map(&map) {
-            return r;
-        }
-        let (name, dev) = (
-            self.maps[mi].paths[pi].name.clone(),
-            self.maps[mi].paths[pi].dev,
-        );
         let _lock = match self.lock(&map) {
             Ok(l) => l,
             Err(e) => return lock_err(e),
@@ -210,20 +216,10 @@ impl Engine {
     /// Ends a path's marginal state for the operator: it serves again at
     /// once, judged afresh.
     fn op_unmark(&mut self, path: &str) -> Response {
-        let Some((mi, pi)) = self.find_path(path) else {
-            return Response::err(
-                ErrorCode::NotFound,
-                format!("'{path}' is not a path of any map"),
-            );
+        let (mi, _, map, name, dev) = match self.managed_path(path) {
+            Ok(x) => x,
+            Err(r) => return r,
         };
-        let map = self.maps[mi].name.clone();
-        if let Err(r) = self.managed_map(&map) {
-            return r;
-        }
-        let (name, dev) = (
-            self.maps[mi].paths[pi].name.clone(),
-            self.maps[mi].paths[pi].dev,
-        );
         let was = self.maps[mi].health.state(dev).word();
         match self.unmark(mi, dev) {
             Ok(true) => {
