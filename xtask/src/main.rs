@@ -38,7 +38,7 @@ enum Cmd {
     Test(test::Args),
     /// Boot the dm-multipath VM testbed and run a command in it.
     #[command(subcommand)]
-    Vm(vm::Cmd),
+    Vm(Box<vm::Cmd>),
     /// Build the Debian package: target/debian/pathpilot_<version>_amd64.deb.
     Package,
 }
@@ -50,7 +50,7 @@ fn main() -> Result<()> {
         Cmd::Setup(a) => setup::run(a),
         Cmd::Soak(a) => soak::run(a),
         Cmd::Test(a) => test::run_tests(a),
-        Cmd::Vm(c) => vm::run(c),
+        Cmd::Vm(c) => vm::run(*c),
         Cmd::Package => package(),
     }
 }

@@ -66,6 +66,22 @@ pub struct Opts {
     /// With --alua: the delay LIO adds to each command on a non-optimized port.
     #[arg(long, default_value_t = 20)]
     nonop_delay_ms: u32,
+    /// A sick path from boot: PATH:PCT fails PCT percent of path PATH's
+    /// aligned 4 KiB commands with I/O errors (0-based PATH; e.g. `1:1`).
+    #[arg(long, value_parser = parse_errors)]
+    errors: Vec<(usize, f64)>,
+}
+
+fn parse_errors(s: &str) -> Result<(usize, f64), String> {
+    let (i, p) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected PATH:PCT, e.g. 1:1"))?;
+    let i = i.parse().map_err(|_| format!("{i:?}: not a path number"))?;
+    let p: f64 = p.parse().map_err(|_| format!("{p:?}: not a percentage"))?;
+    if !(0.0..=50.0).contains(&p) {
+        return Err(format!("{p}%: out of range (0-50)"));
+    }
+    Ok((i, p))
 }
 
 fn parse_alua(s: &str) -> Result<AluaSpec, String> {
@@ -73,6 +89,16 @@ fn parse_alua(s: &str) -> Result<AluaSpec, String> {
 }
 
 impl Opts {
+    /// Boots the testbed these options describe.
+    fn boot(self, interactive: bool) -> Result<Testbed> {
+        let errors = self.errors.clone();
+        let tb = Testbed::boot(self.config(interactive))?;
+        for (i, pct) in errors {
+            tb.set_error_pct(i, pct, 4)?;
+        }
+        Ok(tb)
+    }
+
     fn config(self, interactive: bool) -> Config {
         Config {
             paths: self.paths,
@@ -100,7 +126,7 @@ pub fn run(cmd: Cmd) -> Result<()> {
     match cmd {
         Cmd::Run { opts, command } => {
             let t = Instant::now();
-            let tb = Testbed::boot(opts.config(false))?;
+            let tb = opts.boot(false)?;
             let o = tb.run(&command.join(" "))?;
             use std::io::Write;
             std::io::stdout().write_all(&o.stdout)?;
@@ -119,7 +145,7 @@ pub fn run(cmd: Cmd) -> Result<()> {
             std::process::exit(o.code);
         }
         Cmd::Shell { opts } => {
-            let tb = Testbed::boot(opts.config(true))?;
+            let tb = opts.boot(true)?;
             let st = tb.wait()?;
             drop(tb);
             std::process::exit(st.code().unwrap_or(1));

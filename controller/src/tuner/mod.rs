@@ -368,6 +368,12 @@ impl Tuner {
         self.held.as_deref()
     }
 
+    /// An operator paused the map, or someone else changed it: the table
+    /// is not pathpilot's to change. (A pause for a failed path is not.)
+    pub fn hands_off(&self) -> bool {
+        self.user_paused || self.held.is_some()
+    }
+
     /// Someone other than pathpilot changed the map (`why` says what):
     /// the settings are what the kernel shows now, and tuning stops until
     /// an operator resumes it. A trial in progress is dropped unjudged
@@ -451,9 +457,19 @@ impl Tuner {
     /// or left): the settings are what the kernel shows now, and any
     /// trial is over, unjudged.
     pub fn reset_to(&mut self, now: Settings) {
+        self.follow_paths(&now);
         self.current = now;
         self.dropped = None;
         self.phase = Phase::Baseline(vec![]);
+    }
+
+    /// The daemon changed how many paths are active: when the tuner had
+    /// left that count as it found it, where it started is the new count
+    /// (else "back to the initial" would ask for paths that are not there).
+    fn follow_paths(&mut self, now: &Settings) {
+        if self.current.active_paths == self.initial.active_paths {
+            self.initial.active_paths = now.active_paths;
+        }
     }
 
     /// The array changed its ports' ALUA states and the daemon regrouped
@@ -481,6 +497,7 @@ impl Tuner {
     fn regrouped(&mut self, t: f64, why: String, outcome: Outcome, now: Option<Settings>) {
         self.event(t, why, outcome);
         if let Some(now) = now {
+            self.follow_paths(&now);
             self.current = now;
         }
         self.dropped = None;
@@ -497,11 +514,7 @@ impl Tuner {
     /// under test), converged (nothing left to try for this workload),
     /// advise, observe, paused.
     pub fn state(&self) -> String {
-        match (
-            &self.phase,
-            self.user_paused || self.held.is_some(),
-            self.mode,
-        ) {
+        match (&self.phase, self.hands_off(), self.mode) {
             (_, true, _) => "paused".into(),
             (_, _, Mode::Observe) => "observe".into(),
             (Phase::Paused(_), _, _) => "paused".into(),
@@ -574,7 +587,7 @@ impl Tuner {
     /// Feeds one window; returns a change to apply, if any.
     pub fn on_window(&mut self, t: f64, w: &Window, h: &Health) -> Option<Action> {
         self.last_t = t;
-        if self.mode == Mode::Observe || self.user_paused || self.held.is_some() {
+        if self.mode == Mode::Observe || self.hands_off() {
             return None;
         }
         if let Some(why) = self.unsafe_reason(t, h) {

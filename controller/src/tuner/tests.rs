@@ -618,6 +618,26 @@ fn a_snap_back_leaves_pinned_knobs_alone() {
 }
 
 #[test]
+fn a_path_set_aside_is_not_asked_back_by_the_tuner() {
+    // The daemon sets one of 4 paths aside: 3 active. Where the tuner
+    // started is 3 now, not 4 (which the kernel would refuse).
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
+    let mut now = r.tuner.settings().clone();
+    now.active_paths = 3;
+    r.tuner
+        .health_changed(r.t, "path sdb marginal".into(), Some(now));
+    r.steps(&mut p, 60, 64.0, 0.0, 1.0, &Health::default());
+    assert!(
+        r.applied.iter().all(|(k, _)| *k != Knob::ActivePaths),
+        "{:?}",
+        r.applied
+    );
+    assert_eq!(r.tuner.settings().active_paths, 3);
+}
+
+#[test]
 fn fixed_groups_are_never_regrouped() {
     // Small sequential writes would try fewer active paths: not on a map
     // whose groups are not the tuner's.

@@ -18,7 +18,8 @@ pub enum Cmd {
     Reload(reload::Args),
     /// The seeds' experiments and the tuner against every static
     /// configuration, in the VM testbed (stream, merge, asym, switch,
-    /// overhead, repeat): tables, target/bench/NAME.json and .png.
+    /// overhead, repeat, marginal): tables, target/bench/NAME.json and
+    /// .png.
     Mpath(mpath::Args),
 }
 

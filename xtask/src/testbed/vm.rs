@@ -122,6 +122,9 @@ pub struct Testbed {
     wire: Option<Wire>,
     /// Current caps per path: (MiB/s, IOPS), 0 = none.
     caps: Mutex<Vec<(f64, u64)>>,
+    /// Paths failing a share of their commands (a blkdebug node `e{i}`
+    /// under their throttle), in percent.
+    errors: Mutex<Vec<f64>>,
     boot_time: Duration,
     /// The ALUA array's ports, when there is one.
     ports: Vec<AluaPort>,
@@ -232,6 +235,7 @@ impl Testbed {
             qmp: Mutex::new(None),
             wire: None,
             caps: Mutex::new(caps),
+            errors: Mutex::new(vec![]),
             boot_time: Duration::ZERO,
             ports: vec![],
             failed: AtomicBool::new(false),
@@ -820,13 +824,88 @@ impl Testbed {
         )?;
         self.caps.lock().unwrap()[i] = (mib, iops);
         if was_stalled && !stalls((mib, iops)) {
-            self.qmp(
-                "blockdev-reopen",
-                json!({"options": [{"driver": "throttle", "node-name": format!("t{i}"),
-                                    "throttle-group": format!("tg{i}"), "file": format!("f{i}")}]}),
-            )?;
+            let file = self.throttle_file(i);
+            self.reopen_throttle(i, &file)?;
         }
         Ok(())
+    }
+
+    /// The node under path `i`'s throttle.
+    fn throttle_file(&self, i: usize) -> String {
+        let failing = self.errors.lock().unwrap().get(i).is_some_and(|p| *p > 0.0);
+        if failing {
+            format!("e{i}")
+        } else {
+            format!("f{i}")
+        }
+    }
+
+    fn reopen_throttle(&self, i: usize, file: &str) -> Result<()> {
+        self.qmp(
+            "blockdev-reopen",
+            json!({"options": [{"driver": "throttle", "node-name": format!("t{i}"),
+                                "throttle-group": format!("tg{i}"), "file": file}]}),
+        )?;
+        Ok(())
+    }
+
+    /// Makes path `i` fail `pct` percent of its aligned `block_kib` KiB
+    /// commands, live (0: none). A blkdebug node slid under the path's
+    /// throttle fails with EIO every read or write that touches the first
+    /// sector of one block in each `100 / pct` of the LUN: the guest sees
+    /// ABORTED COMMAND, its retries fail alike, and dm fails the path and
+    /// sends the I/O elsewhere; the other paths see the blocks as they are.
+    pub fn set_error_pct(&self, i: usize, pct: f64, block_kib: u64) -> Result<()> {
+        self.check_path(i)?;
+        if !(0.0..=50.0).contains(&pct) {
+            bail!("error share {pct}% out of range (0-50)");
+        }
+        if self.cfg.alua.is_some() {
+            bail!("failing commands is for plain paths, not an ALUA array's ports");
+        }
+        let was = self.throttle_file(i) != format!("f{i}");
+        if was {
+            self.reopen_throttle(i, &format!("f{i}"))?;
+            self.qmp("blockdev-del", json!({"node-name": format!("e{i}")}))?;
+            self.set_error_share(i, 0.0);
+        }
+        if pct == 0.0 {
+            return Ok(());
+        }
+        if block_kib == 0 || !block_kib.is_power_of_two() {
+            bail!("block size {block_kib} KiB: a power of two, at least 1");
+        }
+        let block_sectors = block_kib * 2;
+        let blocks = self.cfg.lun_mib * 1024 * 1024 / 512 / block_sectors;
+        let every = ((100.0 / pct).round() as u64).max(1);
+        // The error rules activate on each write; they then hold for reads
+        // too.
+        let rules: Vec<Value> = (0..blocks / every)
+            .map(|j| {
+                json!({"event": "pwritev", "errno": 5,
+                       "sector": (j * every + every / 2) * block_sectors})
+            })
+            .collect();
+        self.qmp(
+            "blockdev-add",
+            json!({"driver": "blkdebug", "node-name": format!("e{i}"), "image": format!("f{i}"),
+                   "inject-error": rules}),
+        )
+        .with_context(|| format!("a failing node for path {i}"))?;
+        if let Err(e) = self.reopen_throttle(i, &format!("e{i}")) {
+            let _ = self.qmp("blockdev-del", json!({"node-name": format!("e{i}")}));
+            return Err(e.context(format!("sliding the failing node under path {i}")));
+        }
+        self.set_error_share(i, pct);
+        Ok(())
+    }
+
+    fn set_error_share(&self, i: usize, pct: f64) {
+        let mut e = self.errors.lock().unwrap();
+        if e.len() <= i {
+            e.resize(i + 1, 0.0);
+        }
+        e[i] = pct;
     }
 
     /// Current caps of every path: (MiB/s, IOPS), 0 = none.

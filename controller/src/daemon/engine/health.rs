@@ -19,12 +19,10 @@ impl Engine {
     pub(super) fn judge_health(&mut self, mi: usize, t: f64, pis: &[DeviceInterval]) {
         let m = &self.maps[mi];
         // Judged as the tuner decides: not in observe mode, and not while
-        // someone else owns the table (the map is paused).
+        // someone else owns the table. A tuner paused for a failed path
+        // goes on judging: a path that dm fails again and again is sick.
         let Some(tu) = m.tuner.as_ref() else { return };
-        if !m.managed
-            || tu.mode() == Mode::Observe
-            || tu.state() == "paused"
-            || !self.cfg.marginal.enabled
+        if !m.managed || tu.mode() == Mode::Observe || tu.hands_off() || !self.cfg.marginal.enabled
         {
             return;
         }
@@ -32,7 +30,10 @@ impl Engine {
         // A path's usual standing among its peers depends on how I/O is
         // routed to them: learnt per setting.
         let s = tu.settings();
-        let setting = format!("{} {:?} {}", s.selector.name(), s.weights, s.active_paths);
+        let routing = marginal::Routing::new(
+            s.selector.name(),
+            format!("{:?} {}", s.weights, s.active_paths),
+        );
         let secs = pis.first().map_or(0.0, |i| i.interval_s);
         let samples: Vec<marginal::Sample> = m
             .paths
@@ -43,6 +44,7 @@ impl Engine {
                 in_service: !p.dm_failed
                     && !self.checkers.verdict(&p.name).is_bad()
                     && !m.set_aside.contains(&p.dev),
+                checker_up: !self.checkers.verdict(&p.name).is_bad(),
                 latency: i
                     .lat_by_size
                     .iter()
@@ -52,7 +54,7 @@ impl Engine {
                 errors: i.errors,
             })
             .collect();
-        let changes = self.maps[mi].health.step(t, secs, &setting, &samples);
+        let changes = self.maps[mi].health.step(t, secs, &routing, &samples);
         if changes.is_empty() {
             return;
         }

@@ -18,14 +18,26 @@
 //! idle path's latency is not a busy path's time per request, so the
 //! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
 //! (it gets little) and 30x under round-robin (it queues), and a trial of
-//! the tuner is no sickness. Until learnt, latency judges nothing.
-//! A path is *bad* in a window when that is at least `latency_ratio`, or
-//! when its error rate is at least `error_rate_pct`; *marginal* when bad
-//! for `sample_secs` on end.
+//! the tuner is no sickness. A setting not learnt yet is judged against
+//! the most lenient usual ratio learnt under the same selector (the
+//! tuner moves weights and active paths often, and a path that sickens
+//! just then must not be learnt as usual); with none, latency judges
+//! nothing until learnt.
+//! A path is *bad* in a window when that is at least `latency_ratio`;
+//! *marginal* when bad for `sample_secs` on end.
+//! Errors are a rate over the last `ERROR_SPAN_SECS`, from the first
+//! window with an error: a path that failed at least `error_rate_pct` of
+//! its commands since, in more than one window (a
+//! burst at one moment is a failure, the checker's business), is
+//! marginal at once. They count while the checker finds the path up,
+//! whether or not dm has failed it: dm fails a path at each error and the
+//! checker reinstates it, which is what a sick path looks like (in the
+//! testbed, a path failing 1% of its commands errs every 2-4 s, failed
+//! by dm in between).
 //! A window without enough samples says nothing.
 //! Each episode doubles the next recovery time (up to 8x), so a path that
 //! toggles does not flap the map; a long healthy spell forgets them.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
 
@@ -54,7 +66,7 @@ impl Default for Config {
         Config {
             enabled: true,
             latency_ratio: 8.0,
-            error_rate_pct: 1.0,
+            error_rate_pct: 0.5,
             sample_secs: 3.0,
             recovery_secs: 20.0,
             min_samples: 5,
@@ -68,8 +80,31 @@ const MIN_COMMANDS: u64 = 50;
 const USUAL_ALPHA: f64 = 0.1;
 /// Windows that learn a path's usual ratio under a new setting.
 const LEARN_WINDOWS: u32 = 5;
+/// How far back a path's error rate looks.
+const ERROR_SPAN_SECS: f64 = 10.0;
 /// Episodes beyond which the recovery time stops doubling.
 const MAX_DOUBLINGS: u32 = 3;
+
+/// How a map routes I/O to its paths: a path's usual ratio to its peers
+/// is learnt per routing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Routing {
+    pub selector: String,
+    /// Everything else that shapes the split (weights, active paths).
+    pub detail: String,
+}
+
+impl Routing {
+    pub fn new(selector: &str, detail: String) -> Self {
+        Routing {
+            selector: selector.to_string(),
+            detail,
+        }
+    }
+}
+
+/// A path's usual log-ratio is kept per routing and size class.
+type UsualKey = (Routing, &'static str);
 
 /// One path's figures over a window.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +112,8 @@ pub struct Sample {
     pub dev: DevNum,
     /// It carries the map's I/O (not failed, not set aside).
     pub in_service: bool,
+    /// The checker finds it up (dm may have failed it for an I/O error).
+    pub checker_up: bool,
     /// Per request-size class: (class, latency samples, median µs).
     pub latency: Vec<(&'static str, u64, f64)>,
     pub completed: u64,
@@ -124,11 +161,13 @@ struct PathHealth {
     /// Windows of the run that were judged bad (not merely silent).
     bad_windows: u32,
     good_since: Option<f64>,
-    /// The usual log-ratio to the peers, and the windows behind it, per
-    /// routing setting and size class.
-    usual: BTreeMap<String, (f64, u32)>,
+    /// The usual log-ratio to the peers, and the windows behind it.
+    usual: BTreeMap<UsualKey, (f64, u32)>,
     episodes: u32,
     healthy_since: f64,
+    /// Windows of the last `ERROR_SPAN_SECS` the path was up in: (end,
+    /// length, commands, errors).
+    errs: VecDeque<(f64, f64, u64, u64)>,
 }
 
 impl PathHealth {
@@ -142,6 +181,7 @@ impl PathHealth {
             usual: BTreeMap::new(),
             episodes: 0,
             healthy_since: t,
+            errs: VecDeque::new(),
         }
     }
 }
@@ -192,6 +232,45 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
     (median > 0.0).then(|| (mine / median, *class, mine, median))
 }
 
+impl PathHealth {
+    /// Notes a window's commands and errors; the error rate over the last
+    /// `ERROR_SPAN_SECS` when it makes the path bad: (why, start of the
+    /// span).
+    fn errors(&mut self, cfg: &Config, t: f64, secs: f64, s: &Sample) -> Option<(String, f64)> {
+        if !s.checker_up {
+            self.errs.clear();
+            return None;
+        }
+        self.errs
+            .push_back((t, secs, s.completed + s.errors, s.errors));
+        while self
+            .errs
+            .front()
+            .is_some_and(|(end, ..)| *end <= t - ERROR_SPAN_SECS + 1e-9)
+        {
+            self.errs.pop_front();
+        }
+        // The rate since it began to err: clean seconds before that would
+        // hide it for the whole span.
+        let first = self.errs.iter().position(|e| e.3 > 0)?;
+        let since = self.errs.range(first..);
+        let covered: f64 = since.clone().map(|e| e.1).sum();
+        let commands: u64 = since.clone().map(|e| e.2).sum();
+        let errors: u64 = since.clone().map(|e| e.3).sum();
+        let erring = since.filter(|e| e.3 > 0).count();
+        if commands < MIN_COMMANDS || erring < 2 {
+            return None;
+        }
+        let pct = errors as f64 * 100.0 / commands as f64;
+        (pct >= cfg.error_rate_pct).then(|| {
+            (
+                format!("{pct:.1}% of {commands} commands failed in {covered:.0} s"),
+                t - covered,
+            )
+        })
+    }
+}
+
 impl Model {
     pub fn new(cfg: Config) -> Self {
         Model {
@@ -240,13 +319,13 @@ impl Model {
         self.paths.retain(|d, _| devs.contains(d));
     }
 
-    /// One window's figures (`secs` long, ending at time `t`, under the
-    /// routing setting named `setting`): the paths whose state changed.
+    /// One window's figures (`secs` long, ending at time `t`, under
+    /// `routing`): the paths whose state changed.
     pub fn step(
         &mut self,
         t: f64,
         secs: f64,
-        setting: &str,
+        routing: &Routing,
         samples: &[Sample],
     ) -> Vec<Transition> {
         let mut out = vec![];
@@ -278,14 +357,28 @@ impl Model {
                 }
                 continue;
             }
-            if !s.in_service {
+            let erring = p.errors(&cfg, t, secs, s);
+            let new_run = p.bad_since.is_none();
+            if !s.in_service && erring.is_none() {
                 p.bad_since = None;
                 continue;
             }
             // A window that says nothing goes on with a bad run (a slow
             // path gets few requests from a load-aware selector), but only
             // a bad window starts one.
-            let judged = judge(&cfg, s, samples, secs, setting, &p.usual);
+            let now = erring.is_some();
+            let judged = match erring {
+                Some((why, start)) => {
+                    // The error span is a sample time of its own.
+                    p.bad_since = Some(p.bad_since.map_or(start, |b| b.min(start)));
+                    Some(Verdict {
+                        bad: true,
+                        why,
+                        learn: None,
+                    })
+                }
+                None => judge(&cfg, s, samples, secs, routing, &p.usual),
+            };
             let silent = judged.is_none();
             let Verdict { bad, why, learn } = match judged {
                 Some(j) => j,
@@ -335,14 +428,16 @@ impl Model {
             }
             p.good_since = None;
             let since = *p.bad_since.get_or_insert(t - secs);
-            if since == t - secs {
+            if new_run {
                 p.bad_why = why.clone();
                 p.bad_windows = 0;
             }
             if !silent {
                 p.bad_windows += 1;
             }
-            if t - since + 1e-9 < cfg.sample_secs || serving - set_aside_now <= 1 {
+            // Never the last path in service.
+            let others = serving.saturating_sub(set_aside_now + usize::from(s.in_service));
+            if (!now && t - since + 1e-9 < cfg.sample_secs) || others == 0 {
                 continue;
             }
             let hold = cfg.recovery_secs * f64::from(1u32 << p.episodes.min(MAX_DOUBLINGS));
@@ -353,16 +448,25 @@ impl Model {
             };
             p.healthy_since = t;
             p.bad_since = None;
-            set_aside_now += 1;
+            p.errs.clear();
+            set_aside_now += usize::from(s.in_service);
             out.push(Transition {
                 dev: s.dev,
                 to: "marginal",
-                why: format!(
-                    "bad for {:.0} s ({}; now {why}): set aside for {hold:.0} s (episode {})",
-                    t - since,
-                    p.bad_why,
-                    p.episodes
-                ),
+                why: if p.bad_why == why {
+                    format!(
+                        "bad for {:.0} s ({why}): set aside for {hold:.0} s (episode {})",
+                        t - since,
+                        p.episodes
+                    )
+                } else {
+                    format!(
+                        "bad for {:.0} s ({}; now {why}): set aside for {hold:.0} s (episode {})",
+                        t - since,
+                        p.bad_why,
+                        p.episodes
+                    )
+                },
             });
         }
         out
@@ -374,7 +478,7 @@ struct Verdict {
     bad: bool,
     why: String,
     /// The log-ratio to its peers, and the key it is learnt under.
-    learn: Option<(String, f64)>,
+    learn: Option<(UsualKey, f64)>,
 }
 
 /// Whether a path in service was bad in this window, and why; `None`
@@ -384,28 +488,14 @@ fn judge(
     s: &Sample,
     all: &[Sample],
     secs: f64,
-    setting: &str,
-    usual: &BTreeMap<String, (f64, u32)>,
+    routing: &Routing,
+    usual: &BTreeMap<UsualKey, (f64, u32)>,
 ) -> Option<Verdict> {
-    let commands = s.completed + s.errors;
-    let err_pct = (commands >= MIN_COMMANDS).then(|| s.errors as f64 * 100.0 / commands as f64);
-    if let Some(e) = err_pct
-        && e >= cfg.error_rate_pct
-    {
-        return Some(Verdict {
-            bad: true,
-            why: format!("{e:.1}% of {commands} commands failed"),
-            learn: None,
-        });
+    if !s.in_service {
+        return None;
     }
-    let Some((r, class, mine, peers)) = ratio(s, all, cfg.min_samples, secs) else {
-        return err_pct.map(|e| Verdict {
-            bad: false,
-            why: format!("{e:.1}% errors"),
-            learn: None,
-        });
-    };
-    let key = format!("{setting} {class}");
+    let (r, class, mine, peers) = ratio(s, all, cfg.min_samples, secs)?;
+    let key = (routing.clone(), class);
     let figures = format!(
         "service time {} {:.1} ms, peers {:.1} ms: {r:.1}x",
         class,
@@ -413,15 +503,35 @@ fn judge(
         peers / 1000.0
     );
     let l = r.ln();
-    let (bad, why) = match usual.get(&key) {
-        Some((u, n)) if *n >= LEARN_WINDOWS => {
+    let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(*u);
+    let (bad, why) = match usual.get(&key).and_then(learnt) {
+        Some(u) => {
             let usual_r = u.exp();
             (
                 r >= cfg.latency_ratio * usual_r,
                 format!("{figures} (usually {usual_r:.1}x)"),
             )
         }
-        _ => (false, format!("{figures} (learning)")),
+        None => {
+            let nearest = usual
+                .iter()
+                .filter(|((rt, c), _)| rt.selector == routing.selector && *c == class)
+                .filter_map(|(_, v)| learnt(v))
+                .max_by(f64::total_cmp);
+            match nearest {
+                Some(u) => {
+                    let usual_r = u.exp();
+                    (
+                        r >= cfg.latency_ratio * usual_r,
+                        format!(
+                            "{figures} (learning; up to {usual_r:.1}x under {})",
+                            routing.selector
+                        ),
+                    )
+                }
+                None => (false, format!("{figures} (learning)")),
+            }
+        }
     };
     Some(Verdict {
         bad,
@@ -443,6 +553,7 @@ mod tests {
             .map(|(i, (ms, n))| Sample {
                 dev: d(16 * i as u32),
                 in_service: !out.contains(&i),
+                checker_up: true,
                 latency: vec![("64k-256k", *n, ms * 1000.0)],
                 completed: *n,
                 errors: 0,
@@ -460,7 +571,13 @@ mod tests {
         run_in(m, "st", t0, secs, p, out)
     }
 
-    /// `run` under the routing setting named `setting`.
+    /// "selector detail" as a routing.
+    fn routing(setting: &str) -> Routing {
+        let (sel, detail) = setting.split_once(' ').unwrap_or((setting, ""));
+        Routing::new(sel, detail.to_string())
+    }
+
+    /// `run` under the routing named `setting` ("selector detail").
     fn run_in(
         m: &mut Model,
         setting: &str,
@@ -472,7 +589,7 @@ mod tests {
         let mut v = vec![];
         for i in 0..secs {
             let t = t0 + i as f64;
-            for tr in m.step(t, 1.0, setting, &w(p, out)) {
+            for tr in m.step(t, 1.0, &routing(setting), &w(p, out)) {
                 v.push((t, tr));
             }
         }
@@ -559,6 +676,27 @@ mod tests {
     }
 
     #[test]
+    fn a_path_that_sickens_as_the_tuner_moves_weights_is_not_learnt_as_usual() {
+        let mut m = Model::new(Config::default());
+        assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]).is_empty());
+        // New weights, and path 1 slows at once: judged by the selector's
+        // usual ratio while the new setting learns.
+        let tr = run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 10, &SICK, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!((tr[0].0, tr[0].1.dev), (32.0, d(16)));
+        assert!(
+            tr[0].1.why.contains("up to 1.0x under st"),
+            "{}",
+            tr[0].1.why
+        );
+        // A new setting that only shifts the split a little is learnt.
+        let mut m = Model::new(Config::default());
+        run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]);
+        let shifted = [(12.5, 320), (50.0, 80), (12.5, 320), (12.5, 320)];
+        assert!(run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 30, &shifted, &[]).is_empty());
+    }
+
+    #[test]
     fn a_toggling_path_does_not_flap_the_map() {
         let mut m = Model::new(Config::default());
         run(&mut m, 0.0, 20, &EVEN, &[]);
@@ -569,7 +707,12 @@ mod tests {
             let slow = (i / 5) % 2 == 0;
             let aside = m.marginal().contains(&d(16));
             let p = if slow { SICK } else { EVEN };
-            for tr in m.step(t, 1.0, "st", &w(&p, if aside { &[1] } else { &[] })) {
+            for tr in m.step(
+                t,
+                1.0,
+                &routing("st"),
+                &w(&p, if aside { &[1] } else { &[] }),
+            ) {
                 if tr.to == "marginal" {
                     marginal.push(t);
                 }
@@ -593,11 +736,11 @@ mod tests {
         s[0].errors = 2; // 2 of 102: 2%
         let mut marg = vec![];
         for i in 0..6 {
-            marg.extend(m.step(i as f64, 1.0, "st", &s));
+            marg.extend(m.step(i as f64, 1.0, &routing("st"), &s));
         }
         assert_eq!(marg.len(), 1);
         assert!(
-            marg[0].why.contains("2.0% of 102 commands failed"),
+            marg[0].why.contains("2.0% of 204 commands failed in 2 s"),
             "{}",
             marg[0].why
         );
@@ -605,9 +748,64 @@ mod tests {
         s[0].in_service = false;
         s[1].errors = 5;
         for i in 6..20 {
-            let tr = m.step(i as f64, 1.0, "st", &s);
+            let tr = m.step(i as f64, 1.0, &routing("st"), &s);
             assert!(tr.iter().all(|x| x.dev != d(16)), "{tr:?}");
         }
+    }
+
+    #[test]
+    fn a_path_failing_some_commands_as_dm_and_the_checker_flap_it_is_set_aside() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN, &[]);
+        // 1 command in 100 fails; dm fails the path at each error and the
+        // checker reinstates it: out of service every other window.
+        let mut tr = vec![];
+        for i in 10..20 {
+            let mut s = w(&[(12.5, 200), (12.5, 99), (12.5, 200), (12.5, 200)], &[]);
+            s[1].errors = 1;
+            s[1].in_service = i % 2 == 0;
+            tr.extend(
+                m.step(i as f64, 1.0, &routing("st"), &s)
+                    .into_iter()
+                    .map(|x| (i, x)),
+            );
+        }
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        let (i, x) = &tr[0];
+        assert_eq!((*i, x.dev, x.to), (11, d(16), "marginal"));
+        assert!(
+            x.why.contains("1.0% of 200 commands failed in 2 s"),
+            "{}",
+            x.why
+        );
+    }
+
+    #[test]
+    fn a_burst_of_errors_as_a_path_dies_is_the_checkers_business() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN, &[]);
+        // Its in-flight commands fail at once, then dm and the checker
+        // find it down; it comes back clean.
+        let mut s = w(&[(12.5, 320), (12.5, 40), (12.5, 320), (12.5, 320)], &[]);
+        s[1].errors = 8;
+        assert!(m.step(10.0, 1.0, &routing("st"), &s).is_empty());
+        let mut down = w(&[(12.5, 420), (0.0, 0), (12.5, 420), (12.5, 420)], &[1]);
+        down[1].checker_up = false;
+        for i in 11..20 {
+            assert!(m.step(i as f64, 1.0, &routing("st"), &down).is_empty());
+        }
+        assert!(run(&mut m, 20.0, 10, &EVEN, &[]).is_empty());
+        // A burst while the checker still finds it up is one window: no rate.
+        let mut s = w(&EVEN, &[]);
+        s[1].errors = 30;
+        assert!(m.step(30.0, 1.0, &routing("st"), &s).is_empty());
+        assert!(run(&mut m, 31.0, 10, &EVEN, &[]).is_empty());
+        // Two lone errors 8 s apart are a rate of 0.08%: nothing.
+        let mut s = w(&EVEN, &[]);
+        s[1].errors = 1;
+        assert!(m.step(41.0, 1.0, &routing("st"), &s).is_empty());
+        assert!(run(&mut m, 42.0, 7, &EVEN, &[]).is_empty());
+        assert!(m.step(49.0, 1.0, &routing("st"), &s).is_empty());
     }
 
     #[test]
@@ -617,11 +815,11 @@ mod tests {
         let mut s = w(&SICK[..3], &[]);
         s[1].latency[0].1 = 3;
         for i in 10..20 {
-            assert!(m.step(i as f64, 1.0, "st", &s).is_empty());
+            assert!(m.step(i as f64, 1.0, &routing("st"), &s).is_empty());
         }
         s[1].latency[0].1 = 16;
         for i in 20..30 {
-            m.step(i as f64, 1.0, "st", &s);
+            m.step(i as f64, 1.0, &routing("st"), &s);
         }
         assert_eq!(m.marginal(), vec![d(16)]);
         assert!(m.unmark(d(16), 30.0));
@@ -633,7 +831,7 @@ mod tests {
             ..Config::default()
         });
         for i in 0..20 {
-            assert!(off.step(i as f64, 1.0, "st", &s).is_empty());
+            assert!(off.step(i as f64, 1.0, &routing("st"), &s).is_empty());
         }
     }
 }

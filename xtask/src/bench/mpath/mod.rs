@@ -28,7 +28,7 @@ mod scenarios;
 #[derive(clap::Args)]
 pub struct Args {
     /// Scenario to run (repeatable; default all): stream, merge, asym,
-    /// switch, overhead, repeat.
+    /// switch, overhead, repeat, marginal.
     #[arg(long = "scenario")]
     scenario: Vec<String>,
     /// Short runs (fio 3 s a point, one repeat, 1 s tuner windows, short
@@ -41,7 +41,9 @@ pub struct Args {
     reps: Option<usize>,
 }
 
-pub const SCENARIOS: [&str; 6] = ["asym", "stream", "merge", "switch", "overhead", "repeat"];
+pub const SCENARIOS: [&str; 7] = [
+    "asym", "stream", "merge", "switch", "overhead", "repeat", "marginal",
+];
 
 /// Run lengths.
 #[derive(Clone, Debug)]
@@ -90,6 +92,7 @@ pub fn run(args: Args) -> Result<()> {
             "switch" => scenarios::switch(&o)?,
             "overhead" => scenarios::overhead(&o)?,
             "repeat" => scenarios::repeat(&o)?,
+            "marginal" => scenarios::marginal(&o)?,
             _ => unreachable!(),
         };
         let secs = t.elapsed().as_secs_f64();

@@ -1,4 +1,5 @@
 //! The scenarios of issue 7, each in its own testbed boot(s).
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -577,6 +578,189 @@ pub fn repeat(o: &Opts) -> Result<Report> {
     r.verdict(
         "every repeat count reads back as 1 (pinned since Linux 4.6), and is reported so".into(),
         pinned,
+    );
+    Ok(r)
+}
+
+/// One path sickens mid-run: 4 paths x 20 MiB/s, 64 KiB random reads at
+/// QD16, path 1 cut to 1 MiB/s (slow, not dead: its checker reads pass).
+/// The map's p99 and throughput before and while it is sick, for the
+/// static selectors and for pathpilot, which judges the path marginal and
+/// sets it aside; and pathpilot's time to react. Every configuration runs
+/// with the daemon attached (observe mode for the static ones: its
+/// observer's cost in the emulated guest is the same for all), in rounds
+/// of alternating order.
+pub fn marginal(o: &Opts) -> Result<Report> {
+    let caps = [20.0; 4];
+    let tb = boot(4, &caps, Link::Throttle).boot()?;
+    let rig = Rig::new(&tb, o)?;
+    let sick = 1;
+    let sick_name = rig.disks[sick].clone();
+    let fio = "--rw=randread --bs=64k --iodepth=16";
+    let (before_s, sick_s) = if o.quick { (4, 10) } else { (10, 20) };
+    let statics = [
+        Static::sel("round-robin", "round-robin"),
+        Static::sel("queue-length", "queue-length"),
+        Static::sel("service-time", "service-time"),
+    ];
+    let mode = |m: &str| -> Result<String> {
+        tb.sh(&format!(
+            "pathpilot ctl '{{\"cmd\":\"mode\",\"mode\":\"{m}\",\"map\":\"mpatha\"}}'"
+        ))
+    };
+    rig.reset()?;
+    rig.start_daemon("observe")?;
+    rig.measure_secs(&rig.dm, fio, 2)?;
+    // (config index or None for pathpilot) -> (before, sick, react s)
+    type Round = (Point, Point, Option<f64>);
+    let mut got: BTreeMap<Option<usize>, Vec<Round>> = BTreeMap::new();
+    let mut seen = 0;
+    let configs: Vec<Option<usize>> = (0..statics.len()).map(Some).chain([None]).collect();
+    for round in 0..o.reps {
+        let mut order = configs.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for c in order {
+            let name = c.map_or("pathpilot", |i| statics[i].name.as_str());
+            match c {
+                Some(i) => {
+                    rig.apply(&statics[i])?;
+                }
+                None => {
+                    // From the default, the tuner settled on this load first.
+                    rig.reset()?;
+                    mode("tune")?;
+                    tb.sh(r#"pathpilot ctl '{"cmd":"resume","map":"mpatha"}'"#)?;
+                    let since = Instant::now();
+                    let job = rig.start_load(fio)?;
+                    let (settle, _, n) = rig.wait_settled(since, seen)?;
+                    rig.stop_load(&job)?;
+                    seen = n;
+                    eprintln!("bench: marginal / pathpilot: tuner settled in {settle:.0} s");
+                }
+            }
+            let before = rig.measure_secs(&rig.dm, fio, before_s)?;
+            // pathpilot's reaction: the first status that calls the path
+            // marginal, on the guest's clock.
+            let poll = tb.spawn(
+                "i=0; while [ $i -lt 600 ]; do \
+                 pathpilot ctl '{\"cmd\":\"status\"}' | grep -Eq '\"health\": ?\"marginal\"' && break; \
+                 sleep 0.2; i=$((i+1)); done; cut -d' ' -f1 /proc/uptime",
+            )?;
+            tb.set_caps(sick, 1.0, 0)?;
+            let slowed: f64 = tb.sh("cut -d' ' -f1 /proc/uptime")?.trim().parse()?;
+            let during = rig.measure_secs(&rig.dm, fio, sick_s)?;
+            tb.set_caps(sick, caps[sick], 0)?;
+            let react = if c.is_none() {
+                let out = tb.wait_job(&poll, Duration::from_secs(150))?;
+                let at: f64 = out.stdout_str().trim().parse().unwrap_or(f64::NAN);
+                Some(at - slowed).filter(|r| *r >= 0.0 && *r < f64::from(sick_s) + 2.0)
+            } else {
+                tb.sh(&format!("kill {} 2>/dev/null; true", poll.pid))?;
+                None
+            };
+            eprintln!(
+                "bench: marginal / {name}: before {:.1} MiB/s p99 {:.1} ms; {sick_name} at 1 MiB/s: \
+                 {:.1} MiB/s p99 {:.1} ms{}",
+                before.mib_s,
+                before.lat_p99_ms,
+                during.mib_s,
+                during.lat_p99_ms,
+                react.map_or(String::new(), |r| format!("; marginal after {r:.1} s"))
+            );
+            if c.is_none() {
+                // Healthy again for the next round, and observe mode.
+                tb.sh(&format!(
+                    "pathpilot path unmark {sick_name} >/dev/null 2>&1; true"
+                ))?;
+                mode("observe")?;
+            }
+            got.entry(c).or_default().push((before, during, react));
+        }
+    }
+    tb.power_off()?;
+    let healthy = "healthy";
+    let sick_case = "path 1 at 1/20";
+    let mut r = Report::new("marginal", Link::Throttle, caps.iter().sum());
+    r.notes.push(format!(
+        "64 KiB random reads at QD16; {before_s} s measured, then path 1 ({sick_name}) cut \
+         from 20 to 1 MiB/s and {sick_s} s measured from that moment; medians of {} round(s), \
+         the daemon attached throughout (observe mode for the static rows)",
+        o.reps
+    ));
+    r.notes.push(
+        "multipathd is not a row: its marginal_path_* and san_path_err_* settings count I/O \
+         errors and path failures, and a slow path neither errs nor fails, so with them it \
+         behaves as its selector (service-time) does"
+            .into(),
+    );
+    let mut rows_sick = vec![];
+    for c in &configs {
+        let name = c.map_or("pathpilot", |i| statics[i].name.as_str());
+        let v = &got[c];
+        let b: Vec<Point> = v.iter().map(|x| x.0.clone()).collect();
+        let s: Vec<Point> = v.iter().map(|x| x.1.clone()).collect();
+        r.rows.push(Row::new(healthy, name, Point::median_of(&b)));
+        let mut row = Row::new(sick_case, name, Point::median_of(&s));
+        let mut reacts: Vec<f64> = v.iter().filter_map(|x| x.2).collect();
+        if c.is_none() {
+            row = row.with(
+                "react_s",
+                if reacts.is_empty() {
+                    Value::Null
+                } else {
+                    json!((super::median(&mut reacts) * 10.0).round() / 10.0)
+                },
+            );
+            let setting = if reacts.is_empty() {
+                "never judged marginal".to_string()
+            } else {
+                format!(
+                    "marginal after {:.1} s (median)",
+                    super::median(&mut reacts)
+                )
+            };
+            row = row.with("setting", json!(setting));
+        }
+        rows_sick.push(row);
+    }
+    r.rows.extend(rows_sick);
+    let pp = r.row(sick_case, "pathpilot").map(|x| x.p.clone());
+    let best = statics
+        .iter()
+        .filter_map(|s| r.row(sick_case, &s.name))
+        .min_by(|a, b| a.p.lat_p99_ms.total_cmp(&b.p.lat_p99_ms))
+        .map(|x| (x.config.clone(), x.p.clone()));
+    let pp_before = r.row(healthy, "pathpilot").map(|x| x.p.clone());
+    if let (Some(pp), Some((bn, best)), Some(ppb)) = (pp, best, pp_before) {
+        let x = pp.lat_p99_ms / ppb.lat_p99_ms;
+        r.verdict(
+            format!(
+                "pathpilot's p99 while the path is sick within 1.5x of before: {:.1} vs {:.1} ms \
+                 ({x:.2}x)",
+                pp.lat_p99_ms, ppb.lat_p99_ms
+            ),
+            x <= 1.5,
+        );
+        r.verdict(
+            format!(
+                "pathpilot's p99 while sick below the best static's ({bn}): {:.1} vs {:.1} ms",
+                pp.lat_p99_ms, best.lat_p99_ms
+            ),
+            pp.lat_p99_ms < best.lat_p99_ms,
+        );
+    }
+    let react = r
+        .row(sick_case, "pathpilot")
+        .and_then(|x| x.extra.get("react_s"))
+        .and_then(Value::as_f64);
+    r.verdict(
+        format!(
+            "pathpilot judges the path marginal within 10 s: {}",
+            react.map_or("never".into(), |x| format!("{x:.1} s"))
+        ),
+        react.is_some_and(|x| x <= 10.0),
     );
     Ok(r)
 }
