@@ -39,19 +39,20 @@ impl Engine {
             .paths
             .iter()
             .zip(pis)
-            .map(|(p, i)| marginal::Sample {
-                dev: p.dev,
-                in_service: !p.dm_failed
-                    && !self.checkers.verdict(&p.name).is_bad()
-                    && !m.set_aside.contains(&p.dev),
-                checker_up: !self.checkers.verdict(&p.name).is_bad(),
-                latency: i
-                    .lat_by_size
-                    .iter()
-                    .filter_map(|c| Some((c.class, c.samples, c.p50_us?)))
-                    .collect(),
-                completed: i.completed,
-                errors: i.errors,
+            .map(|(p, i)| {
+                let checker_up = !self.checkers.verdict(&p.name).is_bad();
+                marginal::Sample {
+                    dev: p.dev,
+                    in_service: !p.dm_failed && checker_up && !m.set_aside.contains(&p.dev),
+                    checker_up,
+                    latency: i
+                        .lat_by_size
+                        .iter()
+                        .filter_map(|c| Some((c.class, c.samples, c.p50_us?)))
+                        .collect(),
+                    completed: i.completed,
+                    errors: i.errors,
+                }
             })
             .collect();
         let changes = self.maps[mi].health.step(t, secs, &routing, &samples);
@@ -86,7 +87,6 @@ impl Engine {
     /// back what it no longer does, by one reload; the tuner starts over.
     pub(super) fn follow_health(&mut self, mi: usize, why: &str) {
         let want = self.maps[mi].health.marginal();
-        let before = self.maps[mi].set_aside.clone();
         let t = self.t();
         let r = self.regroup_marginal(mi, want);
         let name = self.maps[mi].name.clone();
@@ -116,17 +116,24 @@ impl Engine {
                     tu.health_changed(t, why.to_string(), None);
                 }
             }
-            Err(e) => {
-                self.maps[mi].set_aside = before;
-                say!("{name}: {why}; cannot regroup: {e:#}");
-            }
+            Err(e) => say!("{name}: {why}; cannot regroup: {e:#}"),
         }
         self.drain_tuner(mi);
     }
 
     /// One reload that leaves exactly `want` set aside; the reload's stall
-    /// in ms, or `None` when the map already is so.
+    /// in ms, or `None` when the map already is so. When it fails, what was
+    /// set aside stays as it was.
     fn regroup_marginal(&mut self, mi: usize, want: Vec<DevNum>) -> Result<Option<f64>> {
+        let before = self.maps[mi].set_aside.clone();
+        let r = self.try_regroup_marginal(mi, want);
+        if r.is_err() {
+            self.maps[mi].set_aside = before;
+        }
+        r
+    }
+
+    fn try_regroup_marginal(&mut self, mi: usize, want: Vec<DevNum>) -> Result<Option<f64>> {
         let m = &mut self.maps[mi];
         if m.set_aside == want {
             return Ok(None);
@@ -176,11 +183,7 @@ impl Engine {
             return Ok(false);
         }
         let want = self.maps[mi].health.marginal();
-        let before = self.maps[mi].set_aside.clone();
-        if let Err(e) = self.regroup_marginal(mi, want) {
-            self.maps[mi].set_aside = before;
-            return Err(e);
-        }
+        self.regroup_marginal(mi, want)?;
         let now = self.read_settings(mi).ok();
         let why = format!(
             "path {} unmarked by the operator: healthy",

@@ -184,6 +184,43 @@ impl PathHealth {
             errs: VecDeque::new(),
         }
     }
+
+    /// Notes a window's commands and errors; the error rate over the last
+    /// `ERROR_SPAN_SECS` when it makes the path bad: (why, start of the
+    /// span).
+    fn errors(&mut self, cfg: &Config, t: f64, secs: f64, s: &Sample) -> Option<(String, f64)> {
+        if !s.checker_up {
+            self.errs.clear();
+            return None;
+        }
+        self.errs
+            .push_back((t, secs, s.completed + s.errors, s.errors));
+        while self
+            .errs
+            .front()
+            .is_some_and(|(end, ..)| *end <= t - ERROR_SPAN_SECS + 1e-9)
+        {
+            self.errs.pop_front();
+        }
+        // The rate since it began to err: clean seconds before that would
+        // hide it for the whole span.
+        let first = self.errs.iter().position(|e| e.3 > 0)?;
+        let since = self.errs.range(first..);
+        let covered: f64 = since.clone().map(|e| e.1).sum();
+        let commands: u64 = since.clone().map(|e| e.2).sum();
+        let errors: u64 = since.clone().map(|e| e.3).sum();
+        let erring = since.filter(|e| e.3 > 0).count();
+        if commands < MIN_COMMANDS || erring < 2 {
+            return None;
+        }
+        let pct = errors as f64 * 100.0 / commands as f64;
+        (pct >= cfg.error_rate_pct).then(|| {
+            (
+                format!("{pct:.1}% of {commands} commands failed in {covered:.0} s"),
+                t - covered,
+            )
+        })
+    }
 }
 
 /// The health of one map's paths.
@@ -230,45 +267,6 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
         peers[mid]
     };
     (median > 0.0).then(|| (mine / median, *class, mine, median))
-}
-
-impl PathHealth {
-    /// Notes a window's commands and errors; the error rate over the last
-    /// `ERROR_SPAN_SECS` when it makes the path bad: (why, start of the
-    /// span).
-    fn errors(&mut self, cfg: &Config, t: f64, secs: f64, s: &Sample) -> Option<(String, f64)> {
-        if !s.checker_up {
-            self.errs.clear();
-            return None;
-        }
-        self.errs
-            .push_back((t, secs, s.completed + s.errors, s.errors));
-        while self
-            .errs
-            .front()
-            .is_some_and(|(end, ..)| *end <= t - ERROR_SPAN_SECS + 1e-9)
-        {
-            self.errs.pop_front();
-        }
-        // The rate since it began to err: clean seconds before that would
-        // hide it for the whole span.
-        let first = self.errs.iter().position(|e| e.3 > 0)?;
-        let since = self.errs.range(first..);
-        let covered: f64 = since.clone().map(|e| e.1).sum();
-        let commands: u64 = since.clone().map(|e| e.2).sum();
-        let errors: u64 = since.clone().map(|e| e.3).sum();
-        let erring = since.filter(|e| e.3 > 0).count();
-        if commands < MIN_COMMANDS || erring < 2 {
-            return None;
-        }
-        let pct = errors as f64 * 100.0 / commands as f64;
-        (pct >= cfg.error_rate_pct).then(|| {
-            (
-                format!("{pct:.1}% of {commands} commands failed in {covered:.0} s"),
-                t - covered,
-            )
-        })
-    }
 }
 
 impl Model {
@@ -503,35 +501,26 @@ fn judge(
         peers / 1000.0
     );
     let l = r.ln();
-    let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(*u);
-    let (bad, why) = match usual.get(&key).and_then(learnt) {
-        Some(u) => {
-            let usual_r = u.exp();
-            (
-                r >= cfg.latency_ratio * usual_r,
-                format!("{figures} (usually {usual_r:.1}x)"),
-            )
-        }
-        None => {
-            let nearest = usual
-                .iter()
-                .filter(|((rt, c), _)| rt.selector == routing.selector && *c == class)
-                .filter_map(|(_, v)| learnt(v))
-                .max_by(f64::total_cmp);
-            match nearest {
-                Some(u) => {
-                    let usual_r = u.exp();
-                    (
-                        r >= cfg.latency_ratio * usual_r,
-                        format!(
-                            "{figures} (learning; up to {usual_r:.1}x under {})",
-                            routing.selector
-                        ),
-                    )
-                }
-                None => (false, format!("{figures} (learning)")),
-            }
-        }
+    let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(u.exp());
+    // Its usual ratio under this routing, else, while this routing learns,
+    // the most lenient one learnt under the same selector.
+    let usual = match usual.get(&key).and_then(learnt) {
+        Some(u) => Some((u, format!("usually {u:.1}x"))),
+        None => usual
+            .iter()
+            .filter(|((rt, c), _)| rt.selector == routing.selector && *c == class)
+            .filter_map(|(_, v)| learnt(v))
+            .max_by(f64::total_cmp)
+            .map(|u| {
+                (
+                    u,
+                    format!("learning; up to {u:.1}x under {}", routing.selector),
+                )
+            }),
+    };
+    let (bad, why) = match usual {
+        Some((u, note)) => (r >= cfg.latency_ratio * u, format!("{figures} ({note})")),
+        None => (false, format!("{figures} (learning)")),
     };
     Some(Verdict {
         bad,
