@@ -217,6 +217,12 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
 fn a_path_toggling_slow_and_fast_does_not_flap_the_map() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(4).cap_mib(20.0));
     let (sick, job) = load(&tb, 85, LIGHT)?;
+    // The operator fixes the selector, as in the slow-path test: weighted
+    // by the capacity it measured in a slow phase, service-time would give
+    // the path so little that it never looks slow, and the hysteresis
+    // under test would go unexercised.
+    let out = tb.sh("pathpilot reload mpatha --selector queue-length")?;
+    ensure!(out.contains("pinned: selector"), "{out}");
     std::thread::sleep(Duration::from_secs(10));
     // Slow and fast every 5 s for 60 s.
     let t = Instant::now();
