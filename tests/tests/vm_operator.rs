@@ -231,6 +231,17 @@ fn a_change_behind_the_daemons_back_stops_tuning() -> Result<()> {
     // Resumed by the operator, then a queue knob set behind its back.
     tb.sh("pathpilot ctl '{\"cmd\":\"resume\",\"map\":\"mpatha\"}'")?;
     assert!(!paused(&tb)?);
+    // A table loaded and a resume right after it, before the daemon's next
+    // look: the resume covers the change (it used to stop tuning again a
+    // window later, for the change the operator had just resumed from).
+    let ql = multipath_table(sectors, "queue-length", &devs);
+    tb.sh(&format!(
+        "export DM_DISABLE_UDEV=1; dmsetup load mpatha --table '{ql}' && dmsetup resume mpatha \
+         && pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"mpatha\"}}' >/dev/null"
+    ))?;
+    std::thread::sleep(Duration::from_secs(4));
+    let s = daemon_status(&tb)?;
+    assert_ne!(s["maps"][0]["tuner"], "paused", "{s}\n{}", log(&tb));
     tb.sh("echo 32 > /sys/block/dm-0/queue/nr_requests")?;
     poll(&tb, "tuning stopped again", Duration::from_secs(10), |tb| {
         paused(tb)

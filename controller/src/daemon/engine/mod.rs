@@ -809,7 +809,7 @@ impl Engine {
     /// them, against what the tuner last read back: a difference is a
     /// change someone else made (the daemon reads back after each of its
     /// own), and tuning stops until an operator resumes it.
-    fn check_knobs(&mut self, mi: usize, t: f64) {
+    pub(super) fn check_knobs(&mut self, mi: usize, t: f64) {
         // A table loaded behind the daemon's back moves table knobs (and
         // resets the queue limits): said as the table change it is.
         if let Ok(live) = self.dm.multipath_table(&self.maps[mi].name)

@@ -143,6 +143,12 @@ impl Engine {
             }
             Err(r) => return r,
         };
+        // A resume covers every change made before it: one the daemon has
+        // not read yet (it looks once a window) is taken in first, not
+        // left to stop tuning again right after the resume.
+        if !paused {
+            self.check_knobs(mi, t);
+        }
         if let Some(tu) = &mut self.maps[mi].tuner {
             tu.set_user_paused(paused, t);
         }
