@@ -54,7 +54,15 @@ const MODULES: &[(&str, bool)] = &[
 /// (flock: tests hold a map's lock file as another writer would.)
 /// (udevadm: multipath-tools finds paths through udev's database, so its
 /// baseline runs udevd; the same binary is systemd-udevd.)
-const BINARIES: &[&str] = &["dmsetup", "fio", "multipath", "flock", "udevadm"];
+/// (multipathd: the marginal bench's row of multipath-tools' own daemon.)
+const BINARIES: &[&str] = &[
+    "dmsetup",
+    "fio",
+    "multipath",
+    "multipathd",
+    "flock",
+    "udevadm",
+];
 
 /// What udev needs to fill its database for multipath-tools: the helpers
 /// its rules run (a binary, and a shell script copied as it is), and the

@@ -23,6 +23,7 @@ use xtask::util::workspace_root;
 use super::{median, save};
 
 mod chart;
+mod marginal;
 mod scenarios;
 
 #[derive(clap::Args)]
@@ -92,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
             "switch" => scenarios::switch(&o)?,
             "overhead" => scenarios::overhead(&o)?,
             "repeat" => scenarios::repeat(&o)?,
-            "marginal" => scenarios::marginal(&o)?,
+            "marginal" => marginal::run(&o)?,
             _ => unreachable!(),
         };
         let secs = t.elapsed().as_secs_f64();
