@@ -152,8 +152,13 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
          set aside ({:.2}x)",
         aside / before
     );
+    // A 64 KiB read that queues behind one write on a 20 MiB/s path waits
+    // that write's 3.1 ms: below that, the ratio says whether the paths'
+    // throttle buckets happened to be full, not whether the sick path is
+    // out of the way (one run measured 0.9 ms before, 3.7 ms aside).
+    const ONE_REQUEST_MS: f64 = 64.0 / 1024.0 / 20.0 * 1000.0;
     ensure!(
-        aside <= 1.5 * before,
+        aside <= (1.5 * before).max(before + ONE_REQUEST_MS),
         "p99 {aside:.1} ms set aside vs {before:.1} ms before:\n{}",
         daemon_log(&tb)
     );

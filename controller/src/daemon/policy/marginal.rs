@@ -66,7 +66,7 @@ impl Default for Config {
         Config {
             enabled: true,
             latency_ratio: 8.0,
-            error_rate_pct: 0.5,
+            error_rate_pct: 0.25,
             sample_secs: 3.0,
             recovery_secs: 20.0,
             min_samples: 5,
