@@ -209,7 +209,10 @@ pub fn run(o: &Opts) -> Result<Report> {
             let onset: f64 = tb.sh("cut -d' ' -f1 /proc/uptime")?.trim().parse()?;
             let during = if let Some(s) = meet.by_hand() {
                 // The action's reload is part of what it costs.
-                let job = tb.spawn(&format!("sleep 0.5; {}", apply_script(&rig, &s)?))?;
+                let job = tb.spawn(&format!(
+                    "sleep 0.5; {} >/tmp/hand.out 2>&1 || cat /tmp/hand.out",
+                    rig.reload_cmd(&s)
+                ))?;
                 let p = rig.measure_secs(&rig.dm, fio, sick_s)?;
                 tb.wait_job(&job, Duration::from_secs(60))?;
                 p
@@ -257,37 +260,6 @@ pub fn run(o: &Opts) -> Result<Report> {
     }
     tb.power_off()?;
     report(o, &sick_name, before_s, sick_s, &got)
-}
-
-/// `rig.apply(s)` as a script, to run in the background.
-fn apply_script(rig: &Rig, s: &Static) -> Result<String> {
-    let n = rig.disks.len();
-    let groups = if s.active.is_empty() {
-        rig.disks.join(",")
-    } else {
-        let (a, b): (Vec<usize>, Vec<usize>) = (0..n).partition(|i| s.active.contains(i));
-        let names = |v: Vec<usize>| {
-            v.iter()
-                .map(|i| rig.disks[*i].clone())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        format!("{};{}", names(a), names(b))
-    };
-    let w: Vec<String> = (0..n)
-        .map(|i| {
-            format!(
-                "{}={}",
-                rig.disks[i],
-                s.weights.get(i).copied().unwrap_or(1)
-            )
-        })
-        .collect();
-    Ok(format!(
-        "pathpilot reload mpatha --selector service-time --groups '{groups}' --weights {} \
-         >/tmp/hand.out 2>&1 || cat /tmp/hand.out",
-        w.join(",")
-    ))
 }
 
 /// multipathd takes the map over with [`MULTIPATHD_DEFAULTS`]; udevd runs

@@ -735,6 +735,23 @@ flap_hold_secs = 6
             );
             return Ok(self.tb.sh(&script)?.trim().to_string());
         }
+        let cmd = self.reload_cmd(s);
+        let d = &self.def;
+        let script = format!(
+            "{cmd} >/tmp/reload.out 2>&1 || {{ cat /tmp/reload.out; exit 1; }}\n\
+             pathpilot set mpatha max_sectors_kb={} nr_requests={} scheduler={} queue_depth={} >/dev/null\n\
+             dmsetup table mpatha",
+            s.max_sectors_kb.unwrap_or(d.max_sectors_kb),
+            s.nr_requests.unwrap_or(d.nr_requests),
+            d.scheduler,
+            s.queue_depth.unwrap_or(d.queue_depth),
+        );
+        Ok(self.tb.sh(&script)?.trim().to_string())
+    }
+
+    /// The `pathpilot reload` that sets `s`'s table knobs (selector, path
+    /// groups, weights, repeat count).
+    pub fn reload_cmd(&self, s: &Static) -> String {
         let n = self.disks.len();
         let active: Vec<usize> = if s.active.is_empty() {
             (0..n).collect()
@@ -772,17 +789,7 @@ flap_hold_secs = 6
             cmd.push_str(&format!(" --weights {}", w.join(",")));
         }
         cmd.push_str(&format!(" --repeat-count {}", s.repeat.unwrap_or(1)));
-        let d = &self.def;
-        let script = format!(
-            "{cmd} >/tmp/reload.out 2>&1 || {{ cat /tmp/reload.out; exit 1; }}\n\
-             pathpilot set mpatha max_sectors_kb={} nr_requests={} scheduler={} queue_depth={} >/dev/null\n\
-             dmsetup table mpatha",
-            s.max_sectors_kb.unwrap_or(d.max_sectors_kb),
-            s.nr_requests.unwrap_or(d.nr_requests),
-            d.scheduler,
-            s.queue_depth.unwrap_or(d.queue_depth),
-        );
-        Ok(self.tb.sh(&script)?.trim().to_string())
+        cmd
     }
 
     /// The default map (pathpilot's start): service-time over every path.
