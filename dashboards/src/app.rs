@@ -13,6 +13,9 @@ pub enum Key {
     BackTab,
     Enter,
     Esc,
+    Backspace,
+    /// Ctrl-C: quits from anywhere, a filter being typed included.
+    Interrupt,
     Char(char),
 }
 
@@ -72,9 +75,42 @@ pub struct Ui {
     pub confirm: Option<Confirm>,
     /// One line of feedback (result of the last request, or why not).
     pub message: Option<String>,
+    /// Shows only the maps whose name, WWID or dm device contains this
+    /// (any case); empty shows every map.
+    pub filter: String,
+    /// Keys go to the filter (after `/`) until Enter or Esc.
+    pub editing_filter: bool,
 }
 
 impl Ui {
+    /// The model as shown: only the maps the filter matches and their
+    /// decisions. Selection indexes and requests refer to this model.
+    pub fn shown(&self, m: &Model) -> Model {
+        if self.filter.is_empty() {
+            return m.clone();
+        }
+        let f = self.filter.to_lowercase();
+        let hit = |s: &str| s.to_lowercase().contains(&f);
+        let maps: Vec<_> = m
+            .maps
+            .iter()
+            .filter(|x| hit(&x.name) || hit(&x.wwid) || hit(&x.dm_dev))
+            .cloned()
+            .collect();
+        Model {
+            source: m.source.clone(),
+            interval_s: m.interval_s,
+            hidden_maps: m.maps.len() - maps.len(),
+            decisions: m
+                .decisions
+                .iter()
+                .filter(|d| maps.iter().any(|x| x.name == d.map))
+                .cloned()
+                .collect(),
+            maps,
+        }
+    }
+
     /// Keeps the selection inside the model after it changed (a map or a
     /// path disappeared).
     pub fn clamp(&mut self, m: &Model) {
@@ -89,6 +125,9 @@ impl Ui {
     /// Applies a key; returns a request for the controller when the key
     /// asks for one (after confirmation, for path changes).
     pub fn key(&mut self, k: Key, m: &Model) -> Option<Request> {
+        if k == Key::Interrupt {
+            return Some(Request::Quit);
+        }
         if let Some(c) = self.confirm.take() {
             return match k {
                 Key::Char('y') | Key::Char('Y') | Key::Enter => Some(c.request),
@@ -97,6 +136,25 @@ impl Ui {
                     None
                 }
             };
+        }
+        if self.editing_filter {
+            match k {
+                Key::Enter => self.editing_filter = false,
+                Key::Esc => {
+                    self.editing_filter = false;
+                    self.filter.clear();
+                }
+                Key::Backspace => {
+                    self.filter.pop();
+                }
+                Key::Char(c) if !c.is_control() => self.filter.push(c),
+                _ => {}
+            }
+            // The selection starts over in the new list.
+            self.map = 0;
+            self.path = 0;
+            self.decision_scroll = 0;
+            return None;
         }
         if self.help {
             // Any key closes the help; q still quits.
@@ -107,6 +165,7 @@ impl Ui {
         match k {
             Key::Char('q') | Key::Esc => return Some(Request::Quit),
             Key::Char('?') => self.help = true,
+            Key::Char('/') => self.editing_filter = true,
             Key::Tab => self.pane = self.pane.next(),
             Key::BackTab => self.pane = self.pane.prev(),
             Key::Up | Key::Left => self.move_by(-1, m),

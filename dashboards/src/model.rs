@@ -9,6 +9,9 @@ pub struct Model {
     pub source: String,
     pub interval_s: f64,
     pub maps: Vec<MapView>,
+    /// Maps left out by the dashboard's filter (0 unfiltered).
+    #[serde(default)]
+    pub hidden_maps: usize,
     /// Newest last.
     pub decisions: Vec<DecisionView>,
 }

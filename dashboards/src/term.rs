@@ -29,16 +29,19 @@ fn key(code: KeyCode, mods: KeyModifiers) -> Option<Key> {
         KeyCode::BackTab => Key::BackTab,
         KeyCode::Enter => Key::Enter,
         KeyCode::Esc => Key::Esc,
-        KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Char('q'),
+        KeyCode::Backspace => Key::Backspace,
+        KeyCode::Char('c') if mods.contains(KeyModifiers::CONTROL) => Key::Interrupt,
         KeyCode::Char(c) => Key::Char(c),
         _ => return None,
     })
 }
 
-pub fn run(source: &mut dyn Source, interval: Duration) -> std::io::Result<()> {
+/// Runs the dashboard until quit; `ui` is the starting state (a filter
+/// given on the command line).
+pub fn run(source: &mut dyn Source, interval: Duration, ui: Ui) -> std::io::Result<()> {
     let mut terminal = ratatui::init();
+    let mut ui = ui;
     let res = (|| {
-        let mut ui = Ui::default();
         let mut model = Model::default();
         let mut next = Instant::now();
         loop {
@@ -47,7 +50,7 @@ pub fn run(source: &mut dyn Source, interval: Duration) -> std::io::Result<()> {
                     Ok(m) => model = m,
                     Err(e) => ui.message = Some(e),
                 }
-                ui.clamp(&model);
+                ui.clamp(&ui.shown(&model));
                 next += interval;
                 if next < Instant::now() {
                     next = Instant::now() + interval;
@@ -62,7 +65,7 @@ pub fn run(source: &mut dyn Source, interval: Duration) -> std::io::Result<()> {
                             continue;
                         };
                         ui.message = None;
-                        match ui.key(k, &model) {
+                        match ui.key(k, &ui.shown(&model)) {
                             Some(Request::Quit) => return Ok(()),
                             Some(r) => ui.message = Some(source.request(&r)),
                             None => {}

@@ -4,7 +4,7 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, Wrap},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState, Wrap},
 };
 
 use crate::{
@@ -15,18 +15,28 @@ use crate::{
 const HELP: &[&str] = &[
     "arrows   select a map, path or decision (in the focused pane)",
     "Tab      next pane (Shift-Tab: previous)",
+    "/        filter maps by name, WWID or dm device (Enter keeps, Esc clears)",
     "p        pause / resume the tuner on the selected map",
     "f / r    fail / reinstate the selected path (asks first)",
     "?        this help (any key closes it)",
     "q, Esc   quit",
 ];
 
+/// Draws `m` as the filter shows it (see [`Ui::shown`]).
 pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
+    draw_shown(f, &ui.shown(m), ui)
+}
+
+fn draw_shown(f: &mut Frame, m: &Model, ui: &Ui) {
     let area = f.area();
     let map = m.maps.get(ui.map);
-    let n_maps = m.maps.len().clamp(1, 6) as u16;
-    let n_paths = map.map_or(1, |x| x.paths.len().clamp(1, 8)) as u16;
     let tall = area.height >= 36;
+    // Many maps (a SAN host has dozens) scroll inside their pane.
+    let n_maps = m
+        .maps
+        .len()
+        .clamp(1, if area.height >= 50 { 12 } else { 6 }) as u16;
+    let n_paths = map.map_or(1, |x| x.paths.len().clamp(1, 8)) as u16;
     let [title, maps, paths, middle, decisions, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(n_maps + 3),
@@ -46,7 +56,7 @@ pub fn draw(f: &mut Frame, m: &Model, ui: &Ui) {
         Constraint::Length(1),
     ])
     .areas(area);
-    draw_title(f, title, m);
+    draw_title(f, title, m, ui);
     draw_maps(f, maps, m, ui);
     draw_paths(f, paths, map, ui);
     if middle.height >= 3 {
@@ -79,14 +89,18 @@ fn pane_block(title: String, focused: bool) -> Block<'static> {
         .title(Span::styled(title, style))
 }
 
-fn draw_title(f: &mut Frame, area: Rect, m: &Model) {
-    let s = format!(
+fn draw_title(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
+    let n = m.maps.len() + m.hidden_maps;
+    let mut s = format!(
         " pathpilot top | {} | every {} | {} map{}",
         m.source,
         secs(m.interval_s),
-        m.maps.len(),
-        if m.maps.len() == 1 { "" } else { "s" }
+        n,
+        if n == 1 { "" } else { "s" }
     );
+    if !ui.filter.is_empty() {
+        s.push_str(&format!(" | {} match /{}/", m.maps.len(), ui.filter));
+    }
     f.render_widget(
         Paragraph::new(s).style(Style::default().add_modifier(Modifier::REVERSED)),
         area,
@@ -120,6 +134,19 @@ fn opt_us(v: Option<f64>) -> String {
     }
 }
 
+/// The table state that keeps row `sel` of `len` in view in a pane of
+/// `area` (borders and a header row take 3 lines); the title's range.
+fn scrolled(area: Rect, sel: usize, len: usize) -> (TableState, String) {
+    let rows = (area.height.saturating_sub(3) as usize).max(1);
+    let first = (sel + 1).saturating_sub(rows).min(len.saturating_sub(rows));
+    let range = if len > rows {
+        format!("{}-{} of {} ", first + 1, (first + rows).min(len), len)
+    } else {
+        String::new()
+    };
+    (TableState::default().with_offset(first), range)
+}
+
 fn selected(on: bool) -> Style {
     if on {
         Style::default().add_modifier(Modifier::REVERSED)
@@ -129,13 +156,18 @@ fn selected(on: bool) -> Style {
 }
 
 fn draw_maps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
-    let block = pane_block(" maps ".into(), ui.pane == Pane::Maps);
+    let (mut state, range) = scrolled(area, ui.map, m.maps.len());
+    let block = pane_block(format!(" maps {range}"), ui.pane == Pane::Maps);
     if m.maps.is_empty() {
-        f.render_widget(
-            Paragraph::new("no multipath maps (pathpilot create, or start the daemon)")
-                .block(block),
-            area,
-        );
+        let why = if m.hidden_maps > 0 {
+            format!(
+                "no map matches /{}/ (Esc in the filter clears it)",
+                ui.filter
+            )
+        } else {
+            "no multipath maps (pathpilot create, or start the daemon)".into()
+        };
+        f.render_widget(Paragraph::new(why).block(block), area);
         return;
     }
     let wide = area.width >= 110;
@@ -175,11 +207,12 @@ fn draw_maps(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
         widths.push(Constraint::Min(10));
         header.push("FEATURES");
     }
-    f.render_widget(
+    f.render_stateful_widget(
         Table::new(rows, widths)
             .header(Row::new(header).style(Style::default().add_modifier(Modifier::BOLD)))
             .block(block),
         area,
+        &mut state,
     );
 }
 
@@ -196,7 +229,10 @@ fn state_style(s: &str) -> Style {
 }
 
 fn draw_paths(f: &mut Frame, area: Rect, map: Option<&MapView>, ui: &Ui) {
-    let title = map.map_or(" paths ".to_string(), |m| format!(" paths of {} ", m.name));
+    let (mut state, range) = scrolled(area, ui.path, map.map_or(0, |m| m.paths.len()));
+    let title = map.map_or(" paths ".to_string(), |m| {
+        format!(" paths of {} {range}", m.name)
+    });
     let block = pane_block(title, ui.pane == Pane::Paths);
     let Some(map) = map.filter(|m| !m.paths.is_empty()) else {
         f.render_widget(Paragraph::new("no paths").block(block), area);
@@ -248,12 +284,13 @@ fn draw_paths(f: &mut Frame, area: Rect, map: Option<&MapView>, ui: &Ui) {
         }
         Row::new(cells).style(selected(ui.pane == Pane::Paths && i == ui.path))
     });
-    f.render_widget(
+    f.render_stateful_widget(
         Table::new(rows, widths)
             .header(Row::new(header).style(Style::default().add_modifier(Modifier::BOLD)))
             .column_spacing(1)
             .block(block),
         area,
+        &mut state,
     );
 }
 
@@ -405,8 +442,11 @@ fn draw_decisions(f: &mut Frame, area: Rect, m: &Model, ui: &Ui) {
 
 fn draw_footer(f: &mut Frame, area: Rect, ui: &Ui) {
     let s = match &ui.message {
+        _ if ui.editing_filter => format!(" filter: {}_   (Enter keeps, Esc clears)", ui.filter),
         Some(m) => format!(" {m}"),
-        None => " q quit  ? help  Tab pane  arrows select  p pause  f/r fail/reinstate".into(),
+        None => {
+            " q quit  ? help  Tab pane  arrows select  / filter  p pause  f/r fail/reinstate".into()
+        }
     };
     f.render_widget(Paragraph::new(s), area);
 }

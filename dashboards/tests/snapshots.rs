@@ -83,7 +83,129 @@ fn model() -> Model {
                 outcome: "reverted".into(),
             },
         ],
+        hidden_maps: 0,
     }
+}
+
+/// A SAN host's view: 16 LUNs of 4 paths each.
+fn san() -> Model {
+    let maps = (0..16u8)
+        .map(|i| {
+            let name = format!("mpath{}", (b'a' + i) as char);
+            MapView {
+                name: name.clone(),
+                wwid: format!("36001405{i:02x}c3d4e5f6047189a0bc1d2e"),
+                dm_dev: format!("dm-{i}"),
+                selector: "service-time 0".into(),
+                state: "ok".into(),
+                tuner: "tune".into(),
+                mib_s: f64::from(i),
+                paths: (0..4)
+                    .map(|p| {
+                        let dev = format!("sd{}{}", (b'a' + i) as char, (b'a' + p) as char);
+                        path(&dev, "0:0:0:0", "8:0", 1.0, 25.0, "1", false)
+                    })
+                    .collect(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    Model {
+        source: "daemon".into(),
+        interval_s: 1.0,
+        maps,
+        decisions: vec![DecisionView {
+            time: "12:00:01".into(),
+            map: "mpathp".into(),
+            knob: "selector".into(),
+            change: "round-robin -> service-time".into(),
+            reason: "paths differ".into(),
+            outcome: "kept".into(),
+        }],
+        hidden_maps: 0,
+    }
+}
+
+#[test]
+fn sixteen_maps_scroll_with_the_selection() {
+    let m = san();
+    let mut ui = Ui::default();
+    let s = render_text(&m, &ui, 80, 24);
+    assert!(s.contains("16 maps"), "{s}");
+    assert!(s.contains("maps 1-6 of 16"), "{s}");
+    assert!(s.contains("mpathf ") && !s.contains("mpathg "), "{s}");
+    for _ in 0..15 {
+        ui.key(Key::Down, &m);
+    }
+    let s = render_text(&m, &ui, 80, 24);
+    assert!(s.contains("maps 11-16 of 16"), "{s}");
+    assert!(
+        s.contains("paths of mpathp"),
+        "the last map selected and shown:\n{s}"
+    );
+    assert!(!s.contains("mpatha "), "{s}");
+    // Taller screens show more maps at once.
+    let s = render_text(&m, &Ui::default(), 160, 60);
+    assert!(s.contains("maps 1-12 of 16"), "{s}");
+    check("80x24-sixteen-maps-last", &render_text(&m, &ui, 80, 24));
+}
+
+#[test]
+fn a_filter_narrows_the_maps_and_their_decisions() {
+    let m = san();
+    let mut ui = Ui::default();
+    for k in [
+        Key::Char('/'),
+        Key::Char('M'),
+        Key::Char('p'),
+        Key::Char('p'),
+    ] {
+        assert_eq!(
+            ui.key(k, &m),
+            None,
+            "keys go to the filter, p does not pause"
+        );
+    }
+    let s = render_text(&m, &ui, 80, 24);
+    assert!(s.contains("filter: Mpp_"), "{s}");
+    assert!(s.contains("no map matches /Mpp/"), "{s}");
+    ui.key(Key::Backspace, &m);
+    ui.key(Key::Char('a'), &m);
+    ui.key(Key::Char('t'), &m);
+    ui.key(Key::Char('h'), &m);
+    ui.key(Key::Char('p'), &m);
+    ui.key(Key::Enter, &m);
+    assert!(!ui.editing_filter);
+    let s = render_text(&m, &ui, 80, 24);
+    assert!(s.contains("16 maps | 1 match /Mpathp/"), "{s}");
+    assert!(
+        s.contains("paths of mpathp") && !s.contains("mpatha"),
+        "{s}"
+    );
+    assert!(
+        s.contains("round-robin -> service-time"),
+        "its decision stays:\n{s}"
+    );
+    // Requests name the map shown, not the map at that index unfiltered.
+    let shown = ui.shown(&m);
+    assert_eq!(
+        ui.key(Key::Char('p'), &shown),
+        Some(pathpilot_dashboards::app::Request::TogglePause {
+            map: "mpathp".into()
+        })
+    );
+    // By WWID and by dm device too; Esc clears.
+    ui.filter = "36001405".into();
+    assert_eq!(ui.shown(&m).maps.len(), 16);
+    ui.filter = "dm-3".into();
+    assert_eq!(ui.shown(&m).maps[0].name, "mpathd");
+    ui.key(Key::Char('/'), &m);
+    ui.key(Key::Esc, &m);
+    assert_eq!((ui.filter.as_str(), ui.shown(&m).maps.len()), ("", 16));
+    assert_eq!(
+        ui.key(Key::Interrupt, &m),
+        Some(pathpilot_dashboards::app::Request::Quit)
+    );
 }
 
 fn check(name: &str, got: &str) {

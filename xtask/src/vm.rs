@@ -63,6 +63,10 @@ pub struct Opts {
     /// of one LIO device over each (capped) path.
     #[arg(long)]
     alua_ramdisk: Option<u64>,
+    /// With --alua-ramdisk: this many LUNs (ramdisks, each its own WWID)
+    /// behind every port, e.g. 16 LUNs x 4 ports = 64 paths.
+    #[arg(long, default_value_t = 1, requires = "alua_ramdisk")]
+    luns: usize,
     /// With --alua: the delay LIO adds to each command on a non-optimized port.
     #[arg(long, default_value_t = 20)]
     nonop_delay_ms: u32,
@@ -115,6 +119,7 @@ impl Opts {
                 if let Some(mib) = self.alua_ramdisk {
                     a.backstore = Backstore::Ramdisk(mib);
                 }
+                a.luns = self.luns;
                 a
             }),
             ..Config::default()

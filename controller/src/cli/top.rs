@@ -30,6 +30,11 @@ pub struct Args {
     /// Print one screen as text after one interval and exit (for scripts).
     #[arg(long)]
     pub once: bool,
+    /// Show only the maps whose name, WWID or dm device contains TEXT (any
+    /// case); `/` changes it in the dashboard. With --once, the first
+    /// matching map's paths are shown.
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub filter: String,
     /// Screen size for --once, as COLSxROWS.
     #[arg(long, default_value = "120x40")]
     pub size: String,
@@ -195,6 +200,7 @@ impl term::Source for ObserverSource {
             source: "observer (read-only)".into(),
             interval_s: self.interval.as_secs_f64(),
             maps,
+            hidden_maps: 0,
             decisions: vec![],
         })
     }
@@ -286,10 +292,14 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     super::signals::install();
+    let ui = Ui {
+        filter: args.filter.clone(),
+        ..Ui::default()
+    };
     if args.once {
         std::thread::sleep(args.interval);
         let m = source.refresh().map_err(anyhow::Error::msg)?;
-        print!("{}", render_text(&m, &Ui::default(), size.0, size.1));
+        print!("{}", render_text(&m, &ui, size.0, size.1));
         return Ok(());
     }
     use std::io::IsTerminal;
@@ -298,6 +308,6 @@ pub fn run(args: Args) -> Result<()> {
             "pathpilot top needs a terminal; use --once for a text snapshot".into()
         ));
     }
-    term::run(source.as_mut(), args.interval)?;
+    term::run(source.as_mut(), args.interval, ui)?;
     Ok(())
 }

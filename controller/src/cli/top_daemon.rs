@@ -79,6 +79,7 @@ impl DaemonSource {
                 self.interval.as_secs_f64()
             },
             maps,
+            hidden_maps: 0,
             decisions: s.decisions.iter().map(decision_view).collect(),
         }
     }

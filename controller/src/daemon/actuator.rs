@@ -36,7 +36,8 @@ pub fn read_settings(dm: &Dm, t: &Target) -> Result<Settings> {
     settings_of(&table, t)
 }
 
-fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
+/// [`read_settings`] with the live table already read.
+pub fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
     let selector = table
         .groups
         .first()

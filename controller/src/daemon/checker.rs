@@ -55,8 +55,7 @@ pub struct Report {
 /// Reads one aligned block from the device, bypassing the page cache.
 pub fn check_once(name: &str) -> Result<(), String> {
     let sys = std::path::Path::new("/sys/class/block").join(name);
-    Alua::refresh_if_refused(&sys);
-    if Alua::read(&sys).is_some_and(|a| a.state == AccessState::Standby) {
+    if Alua::state_asking_if_refused(&sys) == Some(AccessState::Standby) {
         // Reads fail on a standby port by design: ask the array instead.
         return match tur::test_unit_ready(name, 30_000)? {
             Tur::Ready | Tur::Standby => Ok(()),

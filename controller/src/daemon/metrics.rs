@@ -290,6 +290,19 @@ pub fn render(s: &DaemonStatus) -> String {
         }
     }
 
+    o.family(
+        "pathpilot_engine_seconds_total",
+        "counter",
+        "CPU time the daemon's engine thread spent since start, by kind of work.",
+    );
+    for (work, secs) in &s.engine_secs {
+        o.sample(
+            "pathpilot_engine_seconds_total",
+            &labels(&[("work", work)]),
+            *secs,
+        );
+    }
+
     let map_l = |m: &MapState| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
     let maps: Vec<(String, &MapState)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
     let map_totals: Vec<(String, &Totals)> =
@@ -660,6 +673,7 @@ pub(crate) fn example_status() -> DaemonStatus {
     DaemonStatus {
         bpf_watched: 5,
         bpf_counted: 5,
+        engine_secs: vec![("window".into(), 0.25), ("rescan".into(), 1.5)],
         version: "0.1.0".into(),
         pid: 4321,
         mode: Some(Mode::Tune),
@@ -876,6 +890,7 @@ mod tests {
         has(r#"pathpilot_tuner_decisions_total{outcome="kept"} 1"#);
         has(r#"pathpilot_tuner_decisions_total{outcome="budget"} 0"#);
         has(r#"pathpilot_tuner_decisions_total{outcome="outside"} 0"#);
+        has(r#"pathpilot_engine_seconds_total{work="rescan"} 1.5"#);
         has(&format!(
             r#"pathpilot_path_latency_by_size_seconds{{{a},path="sdb",size_class="<16k",quantile="0.99"}} 0.0018"#
         ));

@@ -154,6 +154,13 @@ pub struct DaemonStatus {
     /// devices with counters (a removed device must leave neither).
     pub bpf_watched: usize,
     pub bpf_counted: usize,
+    /// CPU seconds the engine thread spent per kind of work since start:
+    /// `checkers` (starting checks, reading their verdicts), `dm_status`
+    /// (each map's table and status), `rescan` (path discovery),
+    /// `observer` (reading the BPF maps), `knobs` (reading back each
+    /// managed map's knobs), `window` (figures, health, the tuner),
+    /// `publish` (this status), `requests` (control socket).
+    pub engine_secs: Vec<(String, f64)>,
 }
 
 /// How many decisions the daemon keeps in memory for the socket.

@@ -33,6 +33,15 @@ impl AccessState {
         })
     }
 
+    /// Whether the kernel fails I/O in this state before it reaches the
+    /// array.
+    pub fn refuses_io(self) -> bool {
+        matches!(
+            self,
+            AccessState::Standby | AccessState::Unavailable | AccessState::Offline
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             AccessState::Optimized => "active/optimized",
@@ -62,11 +71,8 @@ impl Alua {
     pub fn read(sys: &Path) -> Option<Alua> {
         let dev = sys.join("device");
         let attr = |f: &str| fs::read_to_string(dev.join(f)).ok();
-        if attr("dh_state")?.trim() != "alua" {
-            return None;
-        }
         Some(Alua {
-            state: AccessState::parse(&attr("access_state")?)?,
+            state: Alua::state(sys)?,
             preferred: attr("preferred_path").is_some_and(|v| v.trim() == "1"),
             group: fs::read(dev.join("vpd_pg83"))
                 .ok()
@@ -74,12 +80,20 @@ impl Alua {
         })
     }
 
+    /// Only the access state (two small reads, no VPD page): what the
+    /// checker and the per-interval look at ALUA maps need.
+    pub fn state(sys: &Path) -> Option<AccessState> {
+        let dev = sys.join("device");
+        let attr = |f: &str| fs::read_to_string(dev.join(f)).ok();
+        if attr("dh_state")?.trim() != "alua" {
+            return None;
+        }
+        AccessState::parse(&attr("access_state")?)
+    }
+
     /// Whether the kernel fails I/O on the path before it reaches the array.
     pub fn refuses_io(&self) -> bool {
-        matches!(
-            self.state,
-            AccessState::Standby | AccessState::Unavailable | AccessState::Offline
-        )
+        self.state.refuses_io()
     }
 
     /// Makes scsi_dh_alua ask the array again (REPORT TARGET PORT GROUPS)
@@ -87,12 +101,13 @@ impl Alua {
     /// handler fails every read before it reaches the array, so no unit
     /// attention ever tells the host that the port came back: a path would
     /// stay failed after its controller returned. A rescan re-reads the
-    /// state. Returns whether it asked.
-    pub fn refresh_if_refused(sys: &Path) -> bool {
-        if !Alua::read(sys).is_some_and(|a| a.refuses_io()) {
-            return false;
+    /// state. Returns the state after asking (`None`: not an ALUA path).
+    pub fn state_asking_if_refused(sys: &Path) -> Option<AccessState> {
+        let state = Alua::state(sys)?;
+        if state.refuses_io() && fs::write(sys.join("device/rescan"), "1").is_ok() {
+            return Alua::state(sys);
         }
-        fs::write(sys.join("device/rescan"), "1").is_ok()
+        Some(state)
     }
 
     /// The priority multipath-tools' `alua` prioritizer gives the path:
@@ -153,14 +168,18 @@ mod tests {
         ] {
             let _ = fs::remove_file(dev.join("rescan"));
             fs::write(dev.join("access_state"), format!("{state}\n")).unwrap();
-            assert_eq!(Alua::refresh_if_refused(&root), asks, "{state}");
+            assert_eq!(
+                Alua::state_asking_if_refused(&root),
+                AccessState::parse(state)
+            );
             assert_eq!(dev.join("rescan").exists(), asks, "{state}");
         }
         // Not an ALUA path: nothing to ask.
         fs::write(dev.join("dh_state"), "detached\n").unwrap();
         fs::write(dev.join("access_state"), "unavailable\n").unwrap();
         let _ = fs::remove_file(dev.join("rescan"));
-        assert!(!Alua::refresh_if_refused(&root));
+        assert_eq!(Alua::state_asking_if_refused(&root), None);
+        assert!(!dev.join("rescan").exists());
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -17,6 +17,7 @@ use crate::blockdev::DevNum;
 pub mod alua;
 pub mod filter;
 pub mod naming;
+pub mod uevent;
 pub mod vpd;
 
 pub use filter::{Filter, Rule, Subject};

@@ -7,6 +7,7 @@ use xtask::util::workspace_root;
 mod mpath;
 mod observer;
 mod reload;
+mod scale;
 
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -21,6 +22,9 @@ pub enum Cmd {
     /// overhead, repeat, marginal): tables, target/bench/NAME.json and
     /// .png.
     Mpath(mpath::Args),
+    /// The daemon's own cost at a SAN host's scale (16 LUNs x 4 paths in
+    /// the VM), idle and under load, against multipathd on the same LUNs.
+    Scale(scale::Args),
 }
 
 pub fn run(cmd: Cmd) -> Result<()> {
@@ -28,6 +32,7 @@ pub fn run(cmd: Cmd) -> Result<()> {
         Cmd::Observer(a) => observer::run(a),
         Cmd::Reload(a) => reload::run(a),
         Cmd::Mpath(a) => mpath::run(a),
+        Cmd::Scale(a) => scale::run(a),
     }
 }
 

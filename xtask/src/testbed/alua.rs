@@ -81,11 +81,24 @@ pub struct AluaSpec {
     pub groups: Vec<(u16, AluaState)>,
     pub nonop_delay_ms: u32,
     pub backstore: Backstore,
+    /// LUNs behind every port (ramdisk backstores only): LUN j is its own
+    /// ramdisk with its own serial, so its own WWID; `luns x ports` paths.
+    pub luns: usize,
 }
 
 /// The LUN's unit serial: LIO makes its NAA designator (the WWID) from
 /// it; without one the LUN has none and multipath cannot group it.
 pub const UNIT_SERIAL: &str = "1b2c3d4e5f6047189a0bc1d2e";
+
+/// LUN j's unit serial: LIO builds the NAA designator from the serial's
+/// first 25 hex digits, so the LUN number goes inside them (LUN 0 keeps
+/// [`UNIT_SERIAL`]).
+pub fn unit_serial(lun: usize) -> String {
+    if lun == 0 {
+        return UNIT_SERIAL.to_string();
+    }
+    format!("{}{:03x}", &UNIT_SERIAL[..UNIT_SERIAL.len() - 3], lun)
+}
 
 impl AluaSpec {
     /// Ports from `group:state` items, e.g. `10:ao,10:ao,20:an,20:an`: a
@@ -114,6 +127,7 @@ impl AluaSpec {
             groups,
             nonop_delay_ms: 20,
             backstore: Backstore::Iblock,
+            luns: 1,
         })
     }
 
@@ -121,6 +135,12 @@ impl AluaSpec {
     /// ...: QEMU path i is `raw[i]`), installs `pp-alua` and prints one
     /// `port I sdX` line per port once every port's disk is there.
     pub fn setup_script(&self, raw: &[String]) -> Result<String> {
+        if self.luns == 0 || (self.luns > 1 && self.backstore == Backstore::Iblock) {
+            bail!(
+                "{} LUNs: an iblock array has one LUN; a ramdisk array 1 or more",
+                self.luns
+            );
+        }
         if self.backstore == Backstore::Iblock && raw.len() < self.ports.len() {
             bail!(
                 "{} ports need as many QEMU paths for iblock backstores, have {}",
@@ -137,14 +157,16 @@ impl AluaSpec {
              T=/sys/kernel/config/target\n",
         );
         let devices: Vec<String> = match self.backstore {
-            Backstore::Ramdisk(mib) => {
-                s.push_str(&format!(
-                    "D=$T/core/rd_mcp_0/lun0; mkdir -p $D\n\
-                     echo rd_pages={} > $D/control; echo 1 > $D/enable\n",
-                    mib * 256
-                ));
-                vec!["$T/core/rd_mcp_0/lun0".into()]
-            }
+            Backstore::Ramdisk(mib) => (0..self.luns)
+                .map(|j| {
+                    let d = format!("$T/core/rd_mcp_0/lun{j}");
+                    s.push_str(&format!(
+                        "mkdir -p {d}; echo rd_pages={} > {d}/control; echo 1 > {d}/enable\n",
+                        mib * 256
+                    ));
+                    d
+                })
+                .collect(),
             Backstore::Iblock => (0..self.ports.len())
                 .map(|i| {
                     let d = format!("$T/core/iblock_{i}/lun{i}");
@@ -156,8 +178,17 @@ impl AluaSpec {
                 })
                 .collect(),
         };
-        for d in &devices {
-            s.push_str(&format!("echo {UNIT_SERIAL} > {d}/wwn/vpd_unit_serial\n"));
+        for (j, d) in devices.iter().enumerate() {
+            // One iblock device per port: all of them are LUN 0.
+            let lun = if self.backstore == Backstore::Iblock {
+                0
+            } else {
+                j
+            };
+            s.push_str(&format!(
+                "echo {} > {d}/wwn/vpd_unit_serial\n",
+                unit_serial(lun)
+            ));
             for (g, st) in &self.groups {
                 s.push_str(&format!(
                     "mkdir -p {d}/alua/g{g}; echo {g} > {d}/alua/g{g}/tg_pt_gp_id\n\
@@ -170,14 +201,22 @@ impl AluaSpec {
             }
         }
         for (i, g) in self.ports.iter().enumerate() {
-            let d = &devices[i.min(devices.len() - 1)];
+            // Port i exports its own iblock device, or every ramdisk LUN.
+            let luns: Vec<(usize, &String)> = match self.backstore {
+                Backstore::Iblock => vec![(0, &devices[i])],
+                Backstore::Ramdisk(_) => devices.iter().enumerate().collect(),
+            };
             let p = format!("$T/loopback/naa.5001405000000{:03x}/tpgt_1", i + 1);
             s.push_str(&format!(
-                "mkdir -p {p}/lun/lun_0; echo naa.5001405000001{:03x} > {p}/nexus\n\
-                 ln -s {d} {p}/lun/lun_0/virtual_scsi_port\n\
-                 echo g{g} > {p}/lun/lun_0/alua_tg_pt_gp\n",
+                "mkdir -p {p}; echo naa.5001405000001{:03x} > {p}/nexus\n",
                 i + 1
             ));
+            for (j, d) in luns {
+                s.push_str(&format!(
+                    "mkdir -p {p}/lun/lun_{j}; ln -s {d} {p}/lun/lun_{j}/virtual_scsi_port\n\
+                     echo g{g} > {p}/lun/lun_{j}/alua_tg_pt_gp\n"
+                ));
+            }
         }
         // The helper for tests and `xtask vm run`: the array's side of a
         // failover, on every LIO device at once.
@@ -199,14 +238,16 @@ impl AluaSpec {
                for p in $(seq 1 {n}); do\n\
                  a=$(cat $T/loopback/naa.5001405000000$(printf %03x $p)/tpgt_1/address 2>/dev/null)\n\
                  h=${{a%%:*}}\n\
-                 d=$(ls /sys/class/scsi_host/host$h/device/target*/*/block 2>/dev/null | head -1)\n\
-                 [ -n \"$d\" ] && n=$((n+1)) && out=\"$out\nport $p $d\"\n\
+                 d=$(ls /sys/class/scsi_host/host$h/device/target*/*:0/block 2>/dev/null | head -1)\n\
+                 c=$(ls -d /sys/class/scsi_host/host$h/device/target*/*/block/* 2>/dev/null | wc -l)\n\
+                 [ -n \"$d\" ] && [ $c -eq {luns} ] && n=$((n+1)) && out=\"$out\nport $p $d\"\n\
                done\n\
                [ $n -eq {n} ] && break\n\
                sleep 0.1; i=$((i+1))\n\
              done\n\
              printf '%b\\n' \"$out\"\n",
-            n = self.ports.len()
+            n = self.ports.len(),
+            luns = self.luns
         ));
         Ok(s)
     }
@@ -243,5 +284,30 @@ mod tests {
         assert!(script.contains("echo 1 > $T/core/iblock_3/lun3/alua/g20/alua_access_state"));
         assert!(s.setup_script(&["sda".into()]).is_err(), "4 ports, 1 disk");
         assert_eq!(state_script(20, AluaState::Optimized), "pp-alua state 20 0");
+    }
+
+    #[test]
+    fn ramdisk_luns_each_get_their_own_serial_behind_every_port() {
+        let mut s = AluaSpec::parse("10:ao,10:ao").unwrap();
+        s.backstore = Backstore::Ramdisk(8);
+        s.luns = 3;
+        let script = s.setup_script(&["sda".into()]).unwrap();
+        for j in 0..3 {
+            assert!(script.contains(&format!("rd_mcp_0/lun{j}; echo rd_pages=2048")));
+            assert!(script.contains(&format!("echo {} > ", unit_serial(j))));
+            for p in 1..=2 {
+                let port = format!("naa.5001405000000{p:03x}/tpgt_1/lun/lun_{j}");
+                assert!(script.contains(&port), "{port} in {script}");
+            }
+        }
+        // LIO's NAA takes the first 25 hex digits: the LUNs differ there.
+        let naa: Vec<String> = (0..20).map(|j| unit_serial(j)[..25].to_string()).collect();
+        let mut uniq = naa.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), 20, "{naa:?}");
+        assert_eq!(unit_serial(0), UNIT_SERIAL);
+        s.backstore = Backstore::Iblock;
+        assert!(s.setup_script(&["sda".into(), "sdb".into()]).is_err());
     }
 }

@@ -4,12 +4,13 @@
 //! noticed.
 use std::{
     collections::{BTreeSet, HashSet},
+    path::Path,
     time::Instant,
 };
 
 use anyhow::Result;
 
-use super::{Engine, MapEntry, PathEntry, WHO, available_selectors, note_status, say};
+use super::{AluaSeen, Engine, MapEntry, PathEntry, WHO, available_selectors, note_status, say};
 use crate::{
     blockdev::{BlockDev, DevNum},
     daemon::{
@@ -22,7 +23,7 @@ use crate::{
             sync,
         },
     },
-    discovery::{self, naming},
+    discovery::{self, alua::Alua, naming},
     dm::Message,
     lock::MapLock,
     mpath::{
@@ -236,6 +237,7 @@ impl Engine {
             class: None,
             health: marginal::Model::new(self.cfg.marginal.clone()),
             set_aside: vec![],
+            alua_seen: Default::default(),
         };
         if managed {
             let tp = entry.tuned_paths();
@@ -274,11 +276,15 @@ impl Engine {
 
     /// Creates a map for every LUN with enough paths and no map yet.
     pub(super) fn create_missing(&mut self) -> Result<()> {
+        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+        self.create_missing_from(discovery::scan(&filter))
+    }
+
+    /// [`Self::create_missing`] from a scan already made.
+    fn create_missing_from(&mut self, scan: discovery::Scan) -> Result<()> {
         if self.multipathd.is_some() {
             return Ok(());
         }
-        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
-        let scan = discovery::scan(&filter);
         let held: HashSet<DevNum> = self
             .maps
             .iter()
@@ -505,7 +511,7 @@ impl Engine {
     /// array changed them (a controller failed over, a LUN's owner moved),
     /// the map is regrouped by a reload (path states synced), and the tuner
     /// starts again on the new first group.
-    pub(super) fn follow_array(&mut self, mi: usize) {
+    pub(super) fn follow_array(&mut self, mi: usize, full: bool) {
         let m = &self.maps[mi];
         let Some(table) = m.table.clone() else {
             return;
@@ -513,14 +519,49 @@ impl Engine {
         if !m.managed || table.hw_handler.as_ref().is_none_or(|h| h.name != "alua") {
             return;
         }
-        let devs: Vec<discovery::PathDevice> = m
+        // The states alone each interval; the whole ALUA view (preferred
+        // bit, port group) when one changed, or on a full scan.
+        let seen = AluaSeen {
+            groups: table
+                .groups
+                .iter()
+                .map(|g| g.paths.iter().map(|p| p.dev).collect())
+                .collect(),
+            states: m
+                .paths
+                .iter()
+                .map(|p| {
+                    (
+                        p.dev,
+                        Alua::state(&Path::new("/sys/class/block").join(&p.name)),
+                    )
+                })
+                .collect(),
+        };
+        if !full && seen == m.alua_seen {
+            return;
+        }
+        self.maps[mi].alua_seen = seen;
+        let m = &self.maps[mi];
+        // Every scan interval, on every path of every ALUA map: only the
+        // ALUA attributes, not the whole device (VPD, identity).
+        let devs: Vec<(&str, DevNum, Alua)> = m
             .paths
             .iter()
-            .filter_map(|p| discovery::PathDevice::read(&p.name))
-            .filter(|d| d.alua.is_some())
+            .filter_map(|p| {
+                let a = Alua::read(&Path::new("/sys/class/block").join(&p.name))?;
+                Some((p.name.as_str(), p.dev, a))
+            })
             .collect();
-        let Some(new) = grouping::regroup(&table, self.cfg.grouping(true), &candidates(&devs))
-        else {
+        let cands: Vec<Candidate> = devs
+            .iter()
+            .map(|(_, dev, a)| Candidate {
+                dev: *dev,
+                prio: a.prio(),
+                tpg: a.group,
+            })
+            .collect();
+        let Some(new) = grouping::regroup(&table, self.cfg.grouping(true), &cands) else {
             return;
         };
         // Paths set aside as marginal stay so: no change if that is all.
@@ -530,13 +571,14 @@ impl Engine {
         let name = m.name.clone();
         let states: Vec<String> = devs
             .iter()
-            .filter_map(|d| d.alua.map(|a| format!("{} {}", d.name, a.state.name())))
+            .map(|(name, _, a)| format!("{name} {}", a.state.name()))
             .collect();
         let why = format!("the array's port states: {}", states.join(", "));
         let mut lock = match self.lock(&name) {
             Ok(l) => l,
             Err(e) => {
                 say!("{name}: {why}; the regrouping waits: {e:#}");
+                self.maps[mi].alua_seen = AluaSeen::default();
                 return;
             }
         };
@@ -553,26 +595,39 @@ impl Engine {
                 }
                 self.drain_tuner(mi);
             }
-            Err(e) => say!("{name}: {why}; cannot regroup: {e:#}"),
+            Err(e) => {
+                say!("{name}: {why}; cannot regroup: {e:#}");
+                self.maps[mi].alua_seen = AluaSeen::default();
+            }
         }
     }
 
     /// Paths that appeared or vanished: a new path of a managed map's LUN
     /// joins it by a reload; a vanished one leaves (never the last one:
     /// the map keeps it, failed, until a path returns).
-    pub(super) fn rescan(&mut self) -> Result<()> {
+    /// `full` reads every block device (new paths, new LUNs): the daemon
+    /// asks for it when the kernel announced a disk, or now and then; else
+    /// only vanished paths and ALUA states are looked at.
+    pub(super) fn rescan(&mut self, full: bool) -> Result<()> {
         if self.hands_off() {
             return Ok(());
         }
-        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
-        let scan = discovery::scan(&filter);
+        let scan = if full {
+            let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+            Some(discovery::scan(&filter))
+        } else {
+            None
+        };
         for mi in 0..self.maps.len() {
             if !self.maps[mi].managed {
                 continue;
             }
             let wwid = self.maps[mi].wwid.clone();
-            let present: Vec<discovery::PathDevice> =
-                scan.lun(&wwid).map(|l| l.paths.clone()).unwrap_or_default();
+            let present: Vec<discovery::PathDevice> = scan
+                .as_ref()
+                .and_then(|s| s.lun(&wwid))
+                .map(|l| l.paths.clone())
+                .unwrap_or_default();
             let known: HashSet<DevNum> = self.maps[mi].paths.iter().map(|p| p.dev).collect();
             let new: Vec<(String, DevNum)> = present
                 .iter()
@@ -637,10 +692,12 @@ impl Engine {
             }
         }
         for mi in 0..self.maps.len() {
-            self.follow_array(mi);
+            self.follow_array(mi, full);
         }
-        if self.cfg.maps.create {
-            self.create_missing()?;
+        if let Some(scan) = scan
+            && self.cfg.maps.create
+        {
+            self.create_missing_from(scan)?;
         }
         Ok(())
     }

@@ -39,6 +39,7 @@ use super::{
 };
 use crate::{
     blockdev::DevNum,
+    discovery::{alua::AccessState, uevent::UeventMonitor},
     dm::{self, Dm, Message, multipathd},
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
@@ -150,6 +151,15 @@ struct MapEntry {
     health: marginal::Model,
     /// The marginal paths the daemon set aside in the map's last group.
     set_aside: Vec<DevNum>,
+    /// Its groups and its paths' ALUA states when they last matched: the
+    /// per-interval look regroups only when these change.
+    alua_seen: AluaSeen,
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct AluaSeen {
+    groups: Vec<Vec<DevNum>>,
+    states: Vec<(DevNum, Option<AccessState>)>,
 }
 
 impl MapEntry {
@@ -212,7 +222,21 @@ pub struct Engine {
     multipathd: Option<String>,
     stop: Arc<AtomicBool>,
     reload_config: Arc<AtomicBool>,
+    /// CPU the engine thread spent per kind of work since start, so the
+    /// daemon's own cost at scale is visible (status, metrics).
+    spent: BTreeMap<&'static str, Duration>,
+    /// The kernel's uevents: a full discovery scan only when a disk came,
+    /// went or changed (None where unavailable: a full scan every time).
+    uevents: Option<UeventMonitor>,
+    /// Full scans still owed after an event (a disk's attributes may
+    /// settle a moment after its event).
+    full_scans_owed: u8,
+    next_full_scan: Instant,
 }
+
+/// A full discovery scan at least this often even without uevents, in
+/// case one was missed.
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
 
 fn totals_add(t: &mut Totals, i: &DeviceInterval) {
     t.read_ios += i.read_ios;
@@ -335,6 +359,18 @@ impl Engine {
             multipathd: multipathd::running(),
             stop,
             reload_config,
+            spent: BTreeMap::new(),
+            uevents: match UeventMonitor::open() {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    say!(
+                        "no kernel uevents ({e}): paths are found by scanning sysfs every check interval"
+                    );
+                    None
+                }
+            },
+            full_scans_owed: 0,
+            next_full_scan: Instant::now() + FULL_SCAN_EVERY,
         };
         if let Some(m) = &e.multipathd {
             say!("multipathd is running ({m}): its maps are observed only, none adopted");
@@ -480,12 +516,16 @@ impl Engine {
         while !self.stop.load(Ordering::SeqCst) {
             match wake.recv_timeout(tick) {
                 Ok(Wake::Change(c)) => {
+                    let t = thread_cpu();
                     let r = self.handle(c.request);
                     let _ = c.reply.send(r);
+                    self.account("requests", t);
                     self.publish();
                 }
                 Ok(Wake::DmEvent) => {
+                    let t = thread_cpu();
                     self.refresh_status();
+                    self.account("dm_status", t);
                     self.publish();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -495,27 +535,51 @@ impl Engine {
                 self.reread_config();
             }
             let now = Instant::now();
+            let t = thread_cpu();
             self.run_checkers(now);
+            self.account("checkers", t);
             // Published at once: clients see the map stop (or resume)
             // queueing when its I/O fails (or flows), not a window later.
             if self.no_path_retry(now) {
                 self.publish();
             }
+            if let Some(d) = self.uevents.as_ref().map(UeventMonitor::drain)
+                && (d.path_events > 0 || d.lost)
+            {
+                // A disk came or went: look now, and twice more.
+                self.full_scans_owed = 3;
+                next_scan = now;
+            }
             if now >= next_scan {
                 next_scan = now + Duration::from_secs_f64(self.cfg.checker.interval_secs);
+                let t = thread_cpu();
                 self.refresh_status();
-                if let Err(e) = self.rescan() {
+                let t = self.account("dm_status", t);
+                let full = self.uevents.is_none()
+                    || self.full_scans_owed > 0
+                    || now >= self.next_full_scan;
+                if full {
+                    self.full_scans_owed = self.full_scans_owed.saturating_sub(1);
+                    self.next_full_scan = now + FULL_SCAN_EVERY;
+                }
+                if let Err(e) = self.rescan(full) {
                     say!("rescan failed: {e:#}");
                 }
+                self.account("rescan", t);
             }
             if now >= next_window {
                 next_window += self.cfg.window();
                 if next_window < now {
                     next_window = now + self.cfg.window();
                 }
+                let t = thread_cpu();
+                let sub = self.spent_on(&["observer", "knobs"]);
                 if let Err(e) = self.window() {
                     say!("window failed: {e:#}");
                 }
+                // The observer's and the knobs' shares are their own.
+                let t = t + (self.spent_on(&["observer", "knobs"]) - sub);
+                self.account("window", t);
                 self.publish();
             }
         }
@@ -701,8 +765,10 @@ impl Engine {
     /// One measurement window: figures per map and path, changes made
     /// behind the daemon's back, then the tuners.
     fn window(&mut self) -> Result<()> {
+        let t0 = thread_cpu();
         let cur = self.obs.snapshot()?;
         let silent = self.obs.silences();
+        self.account("observer", t0);
         let t = self.t();
         for mi in 0..self.maps.len() {
             let m = &mut self.maps[mi];
@@ -754,7 +820,9 @@ impl Engine {
                 continue;
             }
             self.judge_health(mi, t, &pis);
+            let t0 = thread_cpu();
             self.check_knobs(mi, t);
+            self.account("knobs", t0);
             let m = &self.maps[mi];
             let failed: Vec<String> = m
                 .paths
@@ -812,13 +880,15 @@ impl Engine {
     pub(super) fn check_knobs(&mut self, mi: usize, t: f64) {
         // A table loaded behind the daemon's back moves table knobs (and
         // resets the queue limits): said as the table change it is.
-        if let Ok(live) = self.dm.multipath_table(&self.maps[mi].name)
-            && self.maps[mi].expected.as_ref().is_some_and(|e| *e != live)
-        {
-            self.check_table(mi, live, t);
+        let Ok(table) = self.dm.multipath_table(&self.maps[mi].name) else {
+            return;
+        };
+        if self.maps[mi].expected.as_ref().is_some_and(|e| *e != table) {
+            self.check_table(mi, table, t);
             return;
         }
-        let Ok(live) = self.read_settings(mi) else {
+        let paths = self.maps[mi].tuned_paths();
+        let Ok(live) = actuator::settings_of(&table, &self.maps[mi].target(&paths)) else {
             return;
         };
         let m = &mut self.maps[mi];
@@ -895,7 +965,25 @@ impl Engine {
         }
     }
 
-    fn publish(&self) {
+    /// Adds the engine thread's CPU time since `t` (a [`thread_cpu`]
+    /// reading) to `what`; returns the new reading, for the next phase.
+    fn account(&mut self, what: &'static str, t: Duration) -> Duration {
+        let now = thread_cpu();
+        *self.spent.entry(what).or_default() += now.saturating_sub(t);
+        now
+    }
+
+    fn spent_on(&self, what: &[&str]) -> Duration {
+        what.iter().filter_map(|w| self.spent.get(w)).sum()
+    }
+
+    fn publish(&mut self) {
+        let t = thread_cpu();
+        self.publish_status();
+        self.account("publish", t);
+    }
+
+    fn publish_status(&self) {
         let maps = self
             .maps
             .iter()
@@ -1021,8 +1109,27 @@ impl Engine {
                 .collect(),
             bpf_watched: self.obs.watched().len(),
             bpf_counted: self.prev.devices.len(),
+            engine_secs: self
+                .spent
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_secs_f64()))
+                .collect(),
         });
     }
+}
+
+/// CPU time of the calling thread: its own work only, not the checker
+/// threads it wakes (wall time would count them on a busy CPU).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 enum Wake {

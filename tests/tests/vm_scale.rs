@@ -1,0 +1,223 @@
+//! A SAN host's scale in the VM: LIO exports 16 LUNs through 4 ports, 64
+//! paths. The daemon must discover, build, check and watch all of them,
+//! show them in `top` (scrolled, filtered) and `list`, and keep its
+//! threads bounded while windows pass under I/O on every map.
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use pathpilot_tests::{
+    boot_or_skip,
+    vm::{Testbed, daemon_status, poll, start_daemon},
+};
+use xtask::testbed::{AluaSpec, Backstore};
+
+const LUNS: usize = 16;
+const PORTS: usize = 4;
+
+const CONFIG: &str = r#"mode = "tune"
+window_secs = 1
+metrics = "off"
+[checker]
+interval_secs = 1
+timeout_secs = 5
+"#;
+
+/// (threads, VmRSS KiB, VmHWM KiB, CPU ticks) of the daemon.
+fn daemon_proc(tb: &Testbed) -> Result<(usize, u64, u64, u64)> {
+    let out = tb.sh("p=$(cat /tmp/daemon.pid); ls /proc/$p/task | wc -l; \
+         grep -E '^(VmRSS|VmHWM):' /proc/$p/status | tr -s ' ' | cut -d' ' -f2; \
+         cut -d' ' -f14,15 /proc/$p/stat")?;
+    let v: Vec<u64> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    ensure!(v.len() == 5, "daemon /proc figures: {out}");
+    // /proc/PID/status lists VmHWM before VmRSS.
+    Ok((v[0] as usize, v[2], v[1], v[3] + v[4]))
+}
+
+/// The daemon's CPU over `secs`, percent of one core (USER_HZ is 100).
+fn cpu_over(tb: &Testbed, secs: u64) -> Result<f64> {
+    let a = daemon_proc(tb)?.3;
+    std::thread::sleep(Duration::from_secs(secs));
+    let b = daemon_proc(tb)?.3;
+    Ok((b - a) as f64 / secs as f64)
+}
+
+/// CPU ticks per thread name of the daemon, summed (the checker threads
+/// are one line).
+fn thread_ticks(tb: &Testbed) -> Result<std::collections::BTreeMap<String, u64>> {
+    let out = tb.sh("for t in /proc/$(cat /tmp/daemon.pid)/task/*; do \
+         echo \"$(cat $t/comm | sed 's/^check-.*/check-*/') $(cut -d' ' -f14,15 $t/stat)\"; done")?;
+    let mut by = std::collections::BTreeMap::new();
+    for l in out.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let [name, u, s] = w[..] {
+            *by.entry(name.to_string()).or_default() +=
+                u.parse::<u64>().unwrap_or(0) + s.parse::<u64>().unwrap_or(0);
+        }
+    }
+    Ok(by)
+}
+
+/// The engine's time by kind of work so far (status `engine_secs`).
+fn engine_secs(tb: &Testbed) -> Result<std::collections::BTreeMap<String, f64>> {
+    let s = daemon_status(tb)?;
+    Ok(s["engine_secs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_f64()?)))
+        .collect())
+}
+
+#[test]
+fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()> {
+    let mut array = AluaSpec::parse(&["10:ao"; PORTS].join(","))?;
+    array.backstore = Backstore::Ramdisk(8);
+    array.luns = LUNS;
+    // One QEMU path: its disk has no second path, so no map of its own.
+    let tb = boot_or_skip!(Testbed::builder().paths(1).alua(array));
+    start_daemon(&tb, CONFIG, "")?;
+    let built = poll(
+        &tb,
+        "16 maps of 4 ready paths",
+        Duration::from_secs(90),
+        |tb| {
+            let s = daemon_status(tb)?;
+            let maps = s["maps"].as_array().cloned().unwrap_or_default();
+            Ok(maps.len() == LUNS
+                && maps.iter().all(|m| {
+                    let paths = m["paths"].as_array().cloned().unwrap_or_default();
+                    m["managed"] == true
+                        && paths.len() == PORTS
+                        && paths
+                            .iter()
+                            .all(|p| p["dm_state"] == "active" && p["checker"] == "ready")
+                }))
+        },
+    )?;
+    eprintln!(
+        "16 maps x 4 paths built and checked ready in {:.1} s",
+        built.as_secs_f64()
+    );
+    let s = daemon_status(&tb)?;
+    let names: Vec<String> = s["maps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let mut wwids: Vec<&str> = s["maps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["wwid"].as_str().unwrap_or_default())
+        .collect();
+    wwids.sort();
+    wwids.dedup();
+    assert_eq!(wwids.len(), LUNS, "one map per LUN: {wwids:?}");
+    // Every path and every map on the observer's watch list, nothing else.
+    assert_eq!(
+        s["bpf_watched"].as_u64(),
+        Some((LUNS * PORTS + LUNS) as u64),
+        "watched devices"
+    );
+    let (threads_idle, rss_idle, hwm_idle, _) = daemon_proc(&tb)?;
+    let before = thread_ticks(&tb)?;
+    let engine_before = engine_secs(&tb)?;
+    let cpu_idle = cpu_over(&tb, 10)?;
+    let after = thread_ticks(&tb)?;
+    let engine: Vec<String> = engine_secs(&tb)?
+        .iter()
+        .map(|(k, v)| {
+            let d = v - engine_before.get(k).copied().unwrap_or(0.0);
+            format!("{k} {:.1}%", d * 10.0)
+        })
+        .collect();
+    eprintln!("idle engine time by work over 10 s: {}", engine.join(", "));
+    let by: Vec<String> = after
+        .iter()
+        .map(|(k, v)| format!("{k} {}", v - before.get(k).copied().unwrap_or(0)))
+        .collect();
+    eprintln!("idle CPU ticks per thread over 10 s: {}", by.join(", "));
+
+    // I/O on every map in turn, through whichever path each selector picks.
+    let files: Vec<String> = names.iter().map(|n| format!("/dev/mapper/{n}")).collect();
+    let job = tb.spawn(&format!(
+        "fio --name=scale --filename={} --file_service_type=roundrobin --rw=randread \
+         --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --time_based --runtime=25 \
+         --output-format=terse",
+        files.join(":")
+    ))?;
+    std::thread::sleep(Duration::from_secs(5));
+    let cpu_load = cpu_over(&tb, 10)?;
+    let seen = poll(
+        &tb,
+        "reads counted on every path",
+        Duration::from_secs(15),
+        |tb| {
+            let s = daemon_status(tb)?;
+            Ok(s["maps"].as_array().is_some_and(|maps| {
+                maps.iter().all(|m| {
+                    m["paths"].as_array().is_some_and(|ps| {
+                        ps.iter()
+                            .all(|p| p["totals"]["read_ios"].as_u64().unwrap_or(0) > 0)
+                    })
+                })
+            }))
+        },
+    )?;
+    eprintln!(
+        "every path counted reads {:.1} s after the check began",
+        seen.as_secs_f64()
+    );
+    let (threads_load, rss_load, hwm_load, _) = daemon_proc(&tb)?;
+    let fio = tb.wait_job(&job, Duration::from_secs(60))?;
+    ensure!(fio.success(), "fio over every map: {}", fio.stderr_str());
+    let s = daemon_status(&tb)?;
+    eprintln!(
+        "daemon at 64 paths: threads {threads_idle} idle, {threads_load} under load; \
+         RSS {:.1} MiB idle (peak {:.1}), {:.1} MiB under load (peak {:.1}); \
+         CPU {cpu_idle:.1}% of a core idle, {cpu_load:.1}% under load; \
+         BPF entries watched {} counted {}",
+        rss_idle as f64 / 1024.0,
+        hwm_idle as f64 / 1024.0,
+        rss_load as f64 / 1024.0,
+        hwm_load as f64 / 1024.0,
+        s["bpf_watched"],
+        s["bpf_counted"]
+    );
+    // Bounded: a checker thread per path and a few of the daemon's own,
+    // the same number under load as idle (nothing spawned per window).
+    assert!(
+        threads_idle <= LUNS * PORTS + 8,
+        "{threads_idle} threads for {} paths",
+        LUNS * PORTS
+    );
+    assert_eq!(threads_load, threads_idle, "threads grew under load");
+
+    // The operator's views: every map in `list`; `top` scrolls and filters.
+    let list = tb.sh("pathpilot list")?;
+    for n in &names {
+        assert!(list.contains(n.as_str()), "{n} missing from list:\n{list}");
+    }
+    let top = tb.sh("pathpilot top --once --interval 1s --size 120x30")?;
+    assert!(top.contains("16 maps") && top.contains("maps 1-"), "{top}");
+    let last = names.last().unwrap();
+    let top = tb.sh(&format!(
+        "pathpilot top --once --interval 1s --size 120x30 --filter {last}"
+    ))?;
+    eprintln!("{top}");
+    assert!(top.contains(&format!("1 match /{last}/")), "{top}");
+    assert!(top.contains(&format!("paths of {last}")), "{top}");
+    let last_paths = s["maps"].as_array().unwrap().last().unwrap()["paths"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for p in last_paths {
+        let name = p["name"].as_str().unwrap();
+        assert!(top.contains(name), "path {name} of {last} missing:\n{top}");
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! `cargo xtask bench scale`: the daemon's own cost on a SAN host's
+//! scale, 16 LUNs x 4 paths (LIO ramdisks behind 4 tcm_loop ports in the
+//! VM), idle and under random reads on every map, against multipathd
+//! managing the same LUNs. Every row gets the same settle and the same
+//! measuring time; rows alternate order between rounds.
+//!
+//! CPU is the process's user + system time (all its threads) over the
+//! measuring time, as a percentage of one (emulated) core: under TCG a
+//! syscall costs tens of times what it does on hardware, so the figures
+//! compare rows with each other, not with a real host.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use xtask::testbed::{AluaSpec, Backstore, Testbed};
+
+use super::{median, save};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// LUNs behind every port.
+    #[arg(long, default_value_t = 16)]
+    luns: usize,
+    /// Ports (paths per LUN).
+    #[arg(long, default_value_t = 4)]
+    ports: usize,
+    /// Seconds each figure is measured over (idle, then under load).
+    #[arg(long, default_value_t = 20)]
+    secs: u64,
+    /// Rounds; the rows' order is reversed every other round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Daemon {
+    /// pathpilot: window and check interval, seconds.
+    Pathpilot { window: u32, checks: u32 },
+    /// multipathd: polling_interval, seconds.
+    Multipathd { polling: u32 },
+}
+
+impl Daemon {
+    fn label(self) -> String {
+        match self {
+            Daemon::Pathpilot { window, checks } => {
+                format!("pathpilot, {window} s windows, checks every {checks} s")
+            }
+            Daemon::Multipathd { polling } => {
+                format!("multipathd, polling_interval {polling}")
+            }
+        }
+    }
+}
+
+const ROWS: [Daemon; 4] = [
+    Daemon::Pathpilot {
+        window: 1,
+        checks: 1,
+    },
+    Daemon::Multipathd { polling: 1 },
+    // Both daemons' defaults.
+    Daemon::Pathpilot {
+        window: 5,
+        checks: 2,
+    },
+    Daemon::Multipathd { polling: 5 },
+];
+
+/// One row's figures in one round.
+#[derive(Default, Clone)]
+struct Sample {
+    ready_s: f64,
+    cpu_idle: f64,
+    cpu_load: f64,
+    threads: f64,
+    rss_mib: f64,
+    hwm_mib: f64,
+    /// pathpilot only: the engine's CPU per window on the observer, the
+    /// knob read-back and the window's own work, ms.
+    window_ms: Option<f64>,
+}
+
+fn pid_of(tb: &Testbed, d: Daemon) -> Result<u64> {
+    let cmd = match d {
+        Daemon::Pathpilot { .. } => "cat /tmp/daemon.pid",
+        Daemon::Multipathd { .. } => "pidof multipathd",
+    };
+    tb.sh(cmd)?
+        .trim()
+        .parse()
+        .with_context(|| format!("no pid for {}", d.label()))
+}
+
+/// (threads, VmRSS KiB, VmHWM KiB, user+system ticks).
+fn proc_figures(tb: &Testbed, pid: u64) -> Result<(u64, u64, u64, u64)> {
+    let out = tb.sh(&format!(
+        "ls /proc/{pid}/task | wc -l; grep -E '^(VmHWM|VmRSS):' /proc/{pid}/status | \
+         tr -s ' ' | cut -d' ' -f2; cut -d')' -f2 /proc/{pid}/stat | cut -d' ' -f13,14"
+    ))?;
+    let v: Vec<u64> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    if v.len() != 5 {
+        bail!("/proc/{pid} figures: {out}");
+    }
+    Ok((v[0], v[2], v[1], v[3] + v[4]))
+}
+
+/// CPU % of one core over `secs`, and the process figures at the end.
+fn cpu_over(tb: &Testbed, pid: u64, secs: u64) -> Result<(f64, (u64, u64, u64, u64))> {
+    let a = proc_figures(tb, pid)?.3;
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let f = proc_figures(tb, pid)?;
+    // USER_HZ is 100: a tick is 10 ms.
+    Ok(((f.3 - a) as f64 / t.elapsed().as_secs_f64(), f))
+}
+
+fn engine_window_secs(tb: &Testbed) -> Result<f64> {
+    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
+    let v: Value = serde_json::from_str(out.trim()).context("status JSON")?;
+    Ok(v["data"]["engine_secs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| matches!(p[0].as_str(), Some("observer" | "knobs" | "window")))
+        .filter_map(|p| p[1].as_f64())
+        .sum())
+}
+
+fn start(tb: &Testbed, d: Daemon) -> Result<()> {
+    match d {
+        Daemon::Pathpilot { window, checks } => tb.sh(&format!(
+            "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/scale.toml <<'EOF'\n\
+             mode = \"tune\"\nwindow_secs = {window}\nmetrics = \"off\"\n\
+             [checker]\ninterval_secs = {checks}\nEOF\n\
+             pathpilot daemon --config /etc/pathpilot/scale.toml > /tmp/daemon.log 2>&1 &\n\
+             echo $! > /tmp/daemon.pid"
+        ))?,
+        // As an admin sets it up: udevd for multipathd's path discovery,
+        // the LUNs' WWIDs added (find_multipaths strict, the default).
+        Daemon::Multipathd { polling } => tb.sh(&format!(
+            "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
+             printf 'defaults {{\\n    polling_interval {polling}\\n}}\\n' > /etc/multipath.conf\n\
+             ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
+             /tmp/systemd-udevd --daemon\n\
+             udevadm trigger --action=add; udevadm settle -t 60\n\
+             for d in /sys/block/sd*; do grep -q LIO $d/device/vendor && \
+               multipath -a /dev/${{d##*/}} >/dev/null; done; true\n\
+             multipathd </dev/null >/tmp/multipathd.out 2>&1"
+        ))?,
+    };
+    Ok(())
+}
+
+fn stop(tb: &Testbed, d: Daemon) -> Result<()> {
+    match d {
+        Daemon::Pathpilot { .. } => tb.sh(
+            "p=$(cat /tmp/daemon.pid); kill $p; i=0; \
+             while [ -d /proc/$p ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; \
+             dmsetup remove_all; [ -z \"$(dmsetup ls --target multipath | grep -v 'No devices')\" ]",
+        )?,
+        Daemon::Multipathd { .. } => tb.sh(
+            "multipathd shutdown >/dev/null 2>&1; i=0; \
+             while pidof multipathd >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n\
+             multipath -F >/dev/null 2>&1; dmsetup remove_all\n\
+             udevadm control --exit; while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
+             rm -rf /run/udev /etc/multipath.conf /etc/multipath/wwids; ! pidof multipathd",
+        )?,
+    };
+    Ok(())
+}
+
+/// Waits until `luns` multipath maps hold `luns x ports` active paths.
+fn wait_ready(tb: &Testbed, luns: usize, ports: usize) -> Result<Duration> {
+    let t = Instant::now();
+    loop {
+        let out = tb.sh(
+            "echo $(dmsetup ls --target multipath 2>/dev/null | grep -vc 'No devices'); \
+             dmsetup status --target multipath 2>/dev/null | grep -o ' A ' | wc -l",
+        )?;
+        let v: Vec<usize> = out
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        if v == [luns, luns * ports] {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "{luns} maps of {ports} active paths not there after 120 s (maps, active paths: {out}):\n{}",
+                tb.sh(
+                    "dmsetup table; cat /tmp/daemon.log /tmp/multipathd.out 2>/dev/null | tail -30"
+                )?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
+    start(tb, d)?;
+    let ready = wait_ready(tb, a.luns, a.ports)?;
+    let pid = pid_of(tb, d)?;
+    // The same settle for every row: discovery done, first windows past.
+    std::thread::sleep(Duration::from_secs(5));
+    let e0 = matches!(d, Daemon::Pathpilot { .. })
+        .then(|| engine_window_secs(tb))
+        .transpose()?;
+    let (cpu_idle, idle) = cpu_over(tb, pid, a.secs)?;
+    let window_ms = match (d, e0) {
+        (Daemon::Pathpilot { window, .. }, Some(e0)) => {
+            let windows = a.secs as f64 / f64::from(window);
+            Some((engine_window_secs(tb)? - e0) * 1000.0 / windows)
+        }
+        _ => None,
+    };
+    let maps = tb.sh("dmsetup ls --target multipath | cut -f1 | tr '\\n' ' '")?;
+    let files: Vec<String> = maps
+        .split_whitespace()
+        .map(|m| format!("/dev/mapper/{m}"))
+        .collect();
+    let job = tb.spawn(&format!(
+        "fio --name=scale --filename={} --file_service_type=roundrobin --rw=randread \
+         --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --time_based --runtime={} \
+         --output=/dev/null",
+        files.join(":"),
+        a.secs + 6
+    ))?;
+    std::thread::sleep(Duration::from_secs(3));
+    let (cpu_load, load) = cpu_over(tb, pid, a.secs)?;
+    tb.wait_job(&job, Duration::from_secs(a.secs + 60))?;
+    stop(tb, d)?;
+    let s = Sample {
+        ready_s: ready.as_secs_f64(),
+        cpu_idle,
+        cpu_load,
+        threads: idle.0.max(load.0) as f64,
+        rss_mib: idle.1.max(load.1) as f64 / 1024.0,
+        hwm_mib: load.2 as f64 / 1024.0,
+        window_ms,
+    };
+    eprintln!(
+        "bench: scale / {}: ready {:.1} s, CPU {:.1}% idle {:.1}% load, {} threads, RSS {:.1} MiB",
+        d.label(),
+        s.ready_s,
+        s.cpu_idle,
+        s.cpu_load,
+        s.threads,
+        s.rss_mib
+    );
+    Ok(s)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut array = AluaSpec::parse(&vec!["10:ao"; a.ports].join(","))?;
+    array.backstore = Backstore::Ramdisk(8);
+    array.luns = a.luns;
+    let tb = Testbed::builder().paths(1).alua(array).boot()?;
+    let mut got: Vec<Vec<Sample>> = vec![vec![]; ROWS.len()];
+    for round in 0..a.rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..ROWS.len()).collect()
+        } else {
+            (0..ROWS.len()).rev().collect()
+        };
+        for i in order {
+            got[i].push(measure(&tb, ROWS[i], &a)?);
+        }
+    }
+    let med =
+        |v: &[Sample], f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+    println!(
+        "\nscale: {} LUNs x {} paths = {} paths, {} s per figure, {} round(s), medians; CPU is % of one emulated core",
+        a.luns,
+        a.ports,
+        a.luns * a.ports,
+        a.secs,
+        a.rounds
+    );
+    println!(
+        "{:<46} {:>8} {:>9} {:>9} {:>8} {:>9} {:>12}",
+        "daemon", "ready s", "CPU idle", "CPU load", "threads", "RSS MiB", "window ms"
+    );
+    let mut rows = vec![];
+    for (d, v) in ROWS.iter().zip(&got) {
+        let window = v.iter().filter_map(|s| s.window_ms).collect::<Vec<_>>();
+        let window_ms = (!window.is_empty()).then(|| median(&mut window.clone()));
+        println!(
+            "{:<46} {:>8.1} {:>8.1}% {:>8.1}% {:>8.0} {:>9.1} {:>12}",
+            d.label(),
+            med(v, |s| s.ready_s),
+            med(v, |s| s.cpu_idle),
+            med(v, |s| s.cpu_load),
+            med(v, |s| s.threads),
+            med(v, |s| s.rss_mib),
+            window_ms.map_or("-".into(), |w| format!("{w:.1}"))
+        );
+        rows.push(json!({
+            "daemon": d.label(),
+            "ready_s": med(v, |s| s.ready_s),
+            "cpu_idle_pct": med(v, |s| s.cpu_idle),
+            "cpu_load_pct": med(v, |s| s.cpu_load),
+            "threads": med(v, |s| s.threads),
+            "rss_mib": med(v, |s| s.rss_mib),
+            "peak_rss_mib": med(v, |s| s.hwm_mib),
+            "window_cpu_ms": window_ms,
+            "samples": v.iter().map(|s| json!([s.cpu_idle, s.cpu_load])).collect::<Vec<_>>(),
+        }));
+    }
+    let p = save(
+        "scale",
+        &json!({
+            "luns": a.luns, "ports": a.ports, "secs": a.secs, "rounds": a.rounds,
+            "rows": rows,
+        }),
+    )?;
+    println!("written: {}", p.display());
+    Ok(())
+}
