@@ -24,9 +24,13 @@ timeout_secs = 5
 
 /// (threads, VmRSS KiB, VmHWM KiB, CPU ticks) of the daemon.
 fn daemon_proc(tb: &Testbed) -> Result<(usize, u64, u64, u64)> {
-    let out = tb.sh("p=$(cat /tmp/daemon.pid); ls /proc/$p/task | wc -l; \
+    // A reload runs a short-lived `suspend-guard` thread beside the engine
+    // (joined when the reload ends): not counted.
+    let out = tb.sh(
+        "p=$(cat /tmp/daemon.pid); cat /proc/$p/task/*/comm | grep -vc '^suspend-guard$'; \
          grep -E '^(VmRSS|VmHWM):' /proc/$p/status | tr -s ' ' | cut -d' ' -f2; \
-         cut -d' ' -f14,15 /proc/$p/stat")?;
+         cut -d' ' -f14,15 /proc/$p/stat",
+    )?;
     let v: Vec<u64> = out
         .split_whitespace()
         .filter_map(|w| w.parse().ok())
@@ -195,7 +199,11 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         "{threads_idle} threads for {} paths",
         LUNS * PORTS
     );
-    assert_eq!(threads_load, threads_idle, "threads grew under load");
+    assert!(
+        threads_load <= threads_idle,
+        "threads grew under load: {threads_idle} -> {threads_load}\n{}",
+        tb.sh("cat /proc/$(cat /tmp/daemon.pid)/task/*/comm | sort | uniq -c")?
+    );
 
     // The operator's views: every map in `list`; `top` scrolls and filters.
     let list = tb.sh("pathpilot list")?;
