@@ -9,4 +9,6 @@ pub mod lock;
 pub mod mpath;
 pub mod observer;
 pub mod sysfs_knobs;
+#[cfg(test)]
+mod test_loop;
 pub mod tuner;

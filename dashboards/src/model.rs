@@ -60,6 +60,19 @@ pub struct PathView {
     pub weight: String,
     /// Recent throughput samples in KiB/s, oldest first, for the sparkline.
     pub history: Vec<u64>,
+    /// Latency by request size class in the last interval (the classes
+    /// with samples): a path's speed compares only within a class.
+    #[serde(default)]
+    pub lat_by_size: Vec<SizeClassView>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SizeClassView {
+    /// `<16k`, `16k-64k`, `64k-256k`, `>=256k`.
+    pub class: String,
+    pub samples: u64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

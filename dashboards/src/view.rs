@@ -14,6 +14,7 @@ use crate::{
 
 const HELP: &[&str] = &[
     "arrows   select a map, path or decision (in the focused pane)",
+    "         (a selected path shows its latency by request size)",
     "Tab      next pane (Shift-Tab: previous)",
     "/        filter maps by name, WWID or dm device (Enter keeps, Esc clears)",
     "p        pause / resume the tuner on the selected map",
@@ -60,7 +61,10 @@ fn draw_shown(f: &mut Frame, m: &Model, ui: &Ui) {
     draw_maps(f, maps, m, ui);
     draw_paths(f, paths, map, ui);
     if middle.height >= 3 {
-        draw_middle(f, middle, map);
+        let path = map
+            .filter(|_| ui.pane == Pane::Paths)
+            .and_then(|x| x.paths.get(ui.path));
+        draw_middle(f, middle, map, path);
     }
     draw_decisions(f, decisions, m, ui);
     draw_footer(f, footer, ui);
@@ -295,8 +299,9 @@ fn draw_paths(f: &mut Frame, area: Rect, map: Option<&MapView>, ui: &Ui) {
 }
 
 /// Throughput sparklines per path; on wide screens also the map's size and
-/// latency histograms and cgroup shares.
-fn draw_middle(f: &mut Frame, area: Rect, map: Option<&MapView>) {
+/// latency histograms (the selected path's latency by request size when
+/// the paths pane has the focus) and cgroup shares.
+fn draw_middle(f: &mut Frame, area: Rect, map: Option<&MapView>, path: Option<&PathView>) {
     let Some(map) = map else {
         return;
     };
@@ -315,8 +320,12 @@ fn draw_middle(f: &mut Frame, area: Rect, map: Option<&MapView>) {
             Constraint::Percentage(28),
         ])
         .areas(h);
-        draw_hist(f, sizes, " request size ", &map.size_hist, size_label);
-        draw_hist(f, lats, " latency ", &map.lat_hist, lat_label);
+        if let Some(p) = path {
+            draw_by_size(f, sizes.union(lats), p);
+        } else {
+            draw_hist(f, sizes, " request size ", &map.size_hist, size_label);
+            draw_hist(f, lats, " latency ", &map.lat_hist, lat_label);
+        }
         let lines: Vec<Line> = if map.cgroups.is_empty() {
             vec![Line::from("-")]
         } else {
@@ -365,6 +374,41 @@ fn draw_sparklines(f: &mut Frame, area: Rect, paths: &[PathView]) {
         let data: Vec<u64> = p.history.iter().rev().take(n).rev().copied().collect();
         f.render_widget(Sparkline::default().data(&data).max(max), spark);
     }
+}
+
+/// A path's latency per request size class: its speed is only comparable
+/// with its peers' within a class (latency grows with size).
+fn draw_by_size(f: &mut Frame, area: Rect, p: &PathView) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(format!(" {}: latency by request size ", p.device));
+    if p.lat_by_size.is_empty() {
+        f.render_widget(Paragraph::new("no completions").block(block), area);
+        return;
+    }
+    let rows = p.lat_by_size.iter().map(|c| {
+        Row::new(vec![
+            Cell::from(c.class.clone()),
+            Cell::from(c.samples.to_string()),
+            Cell::from(opt_us(c.p50_us)),
+            Cell::from(opt_us(c.p99_us)),
+        ])
+    });
+    let widths = [
+        Constraint::Length(9),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(6),
+    ];
+    f.render_widget(
+        Table::new(rows, widths)
+            .header(
+                Row::new(vec!["SIZE", "REQS", "P50", "P99"])
+                    .style(Style::default().add_modifier(Modifier::BOLD)),
+            )
+            .block(block),
+        area,
+    );
 }
 
 fn size_label(b: u64) -> String {

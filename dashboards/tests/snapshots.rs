@@ -3,7 +3,7 @@
 //! with PATHPILOT_UPDATE_SNAPSHOTS=1 and review the diff.
 use pathpilot_dashboards::{
     app::{Key, Pane, Ui},
-    model::{DecisionView, MapView, Model, PathView},
+    model::{DecisionView, MapView, Model, PathView, SizeClassView},
     render_text,
 };
 
@@ -26,6 +26,24 @@ fn path(dev: &str, hctl: &str, mm: &str, mib: f64, share: f64, w: &str, failed: 
         history: (0..60)
             .map(|i| ((mib * 1024.0) as u64 * (50 + i % 7)) / 56)
             .collect(),
+        lat_by_size: if failed {
+            vec![]
+        } else {
+            vec![
+                SizeClassView {
+                    class: "<16k".into(),
+                    samples: 10,
+                    p50_us: Some(180.0),
+                    p99_us: Some(900.0),
+                },
+                SizeClassView {
+                    class: "64k-256k".into(),
+                    samples: (mib * 16.0) as u64,
+                    p50_us: Some(2100.0),
+                    p99_us: Some(15800.0),
+                },
+            ]
+        },
     }
 }
 
@@ -253,6 +271,50 @@ fn large_terminal() {
         assert!(s.contains(w), "{w} missing:\n{s}");
     }
     check("160x50", &s);
+}
+
+#[test]
+fn a_selected_path_shows_its_latency_by_request_size() {
+    let m = model();
+    let mut ui = Ui {
+        pane: Pane::Paths,
+        ..Default::default()
+    };
+    ui.key(Key::Down, &m);
+    let s = render_text(&m, &ui, 160, 50);
+    for w in [
+        "sdb: latency by request size",
+        "SIZE",
+        "<16k",
+        "180us",
+        "64k-256k",
+        "320",
+        "2.1ms",
+        "16ms",
+    ] {
+        assert!(s.contains(w), "{w} missing:\n{s}");
+    }
+    assert!(
+        !s.contains("┌ request size"),
+        "the map's histograms make room:\n{s}"
+    );
+    check("160x50-path", &s);
+    // A failed path completed nothing: said, not left blank.
+    for _ in 0..2 {
+        ui.key(Key::Down, &m);
+    }
+    let s = render_text(&m, &ui, 160, 50);
+    assert!(s.contains("sdd: latency by request size"), "{s}");
+    assert!(s.contains("no completions"), "{s}");
+    // Back on the maps pane: the map's histograms again.
+    ui.key(Key::Tab, &m);
+    ui.key(Key::Tab, &m);
+    let s = render_text(&m, &ui, 160, 50);
+    assert_eq!(ui.pane, Pane::Maps);
+    assert!(
+        s.contains("┌ request size") && !s.contains("by request size"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -251,3 +251,36 @@ fn flushes_under_concurrent_load_are_counted_and_in_flight_returns_to_0() {
         "every request completes once: {i:#?}"
     );
 }
+
+#[test]
+fn busy_time_is_read_again_after_io_and_kept_while_the_device_is_quiet() {
+    let lo = LoopDev::new(64);
+    let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
+    let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
+    obs.watch(dev.dev).unwrap();
+    let ticks = |s: &pathpilot::observer::Snapshot| s.io_ticks_ms.get(&dev.dev).copied();
+    let first = obs.snapshot().unwrap();
+    let quiet = obs.snapshot().unwrap();
+    assert!(ticks(&first).is_some(), "io_ticks read for {}", lo.path);
+    assert_eq!(ticks(&quiet), ticks(&first), "no I/O, same busy time");
+    sh(&format!(
+        "dd if={} of=/dev/null bs=4k count=4000 iflag=direct status=none",
+        lo.path
+    ));
+    let busy = obs.snapshot().unwrap();
+    // 4000 requests one at a time keep a loop device busy for well over a
+    // jiffy: a busy time kept from before the I/O would be wrong.
+    assert!(
+        ticks(&busy) > ticks(&quiet),
+        "busy time after 4000 reads: {:?} -> {:?}",
+        ticks(&quiet),
+        ticks(&busy)
+    );
+    assert_eq!(
+        ticks(&busy),
+        BlockDev::io_ticks_ms(dev.dev),
+        "as sysfs says"
+    );
+    let i = DeviceInterval::between(dev.dev, &dev.name, None, &quiet, &busy).unwrap();
+    assert_eq!(i.read_ios, 4000, "{i:#?}");
+}

@@ -153,12 +153,15 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
         aside / before
     );
     // A 64 KiB read that queues behind one write on a 20 MiB/s path waits
-    // that write's 3.1 ms: below that, the ratio says whether the paths'
-    // throttle buckets happened to be full, not whether the sick path is
-    // out of the way (one run measured 0.9 ms before, 3.7 ms aside).
+    // that write's 3.1 ms, and with a path out the three others carry a
+    // third more of the load each: up to two such waits more say whether
+    // the paths' throttle buckets happened to be full, not whether the sick
+    // path is out of the way (runs measured 0.9 ms before and 3.7 ms aside,
+    // 2.0 and 6.1, 4.3 and 2.9). A read still sent to the sick path waits
+    // 62.5 ms at 1 MiB/s, ten times that bound.
     const ONE_REQUEST_MS: f64 = 64.0 / 1024.0 / 20.0 * 1000.0;
     ensure!(
-        aside <= (1.5 * before).max(before + ONE_REQUEST_MS),
+        aside <= (1.5 * before).max(before + 2.0 * ONE_REQUEST_MS),
         "p99 {aside:.1} ms set aside vs {before:.1} ms before:\n{}",
         daemon_log(&tb)
     );

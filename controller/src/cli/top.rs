@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use pathpilot_dashboards::{
     app::{Request, Ui},
-    model::{MapView, Model, PathView},
+    model::{MapView, Model, PathView, SizeClassView},
     render_text, term,
 };
 
@@ -119,6 +119,16 @@ impl ObserverSource {
             inflight: i.inflight,
             weight,
             history: h.iter().copied().collect(),
+            lat_by_size: i
+                .lat_by_size
+                .iter()
+                .map(|c| SizeClassView {
+                    class: c.class.to_string(),
+                    samples: c.samples,
+                    p50_us: c.p50_us,
+                    p99_us: c.p99_us,
+                })
+                .collect(),
         }
     }
 }

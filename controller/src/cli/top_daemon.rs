@@ -9,7 +9,7 @@ use std::{
 
 use pathpilot_dashboards::{
     app::Request as UiRequest,
-    model::{DecisionView, MapView, Model, PathView},
+    model::{DecisionView, MapView, Model, PathView, SizeClassView},
     term,
 };
 
@@ -153,6 +153,17 @@ impl DaemonSource {
                 None => format!("pg{}", p.group),
             },
             history: h.iter().copied().collect(),
+            lat_by_size: p
+                .rates
+                .lat_by_size
+                .iter()
+                .map(|c| SizeClassView {
+                    class: c.class.clone(),
+                    samples: c.samples,
+                    p50_us: c.p50_us,
+                    p99_us: c.p99_us,
+                })
+                .collect(),
         }
     }
 

@@ -50,12 +50,22 @@ pub struct Report {
     pub path: String,
     pub result: Result<(), String>,
     pub took: Duration,
+    /// The path's ALUA access state as the check read it (`None`: not an
+    /// ALUA path).
+    pub alua: Option<AccessState>,
 }
 
-/// Reads one aligned block from the device, bypassing the page cache.
-pub fn check_once(name: &str) -> Result<(), String> {
+/// Reads one aligned block from the device, bypassing the page cache;
+/// with the path's ALUA state, read on the way (the daemon follows the
+/// array's port states from the checks rather than reading them again).
+pub fn check_once(name: &str) -> (Result<(), String>, Option<AccessState>) {
     let sys = std::path::Path::new("/sys/class/block").join(name);
-    if Alua::state_asking_if_refused(&sys) == Some(AccessState::Standby) {
+    let alua = Alua::state_asking_if_refused(&sys);
+    (check_path(name, alua), alua)
+}
+
+fn check_path(name: &str, alua: Option<AccessState>) -> Result<(), String> {
+    if alua == Some(AccessState::Standby) {
         // Reads fail on a standby port by design: ask the array instead.
         return match tur::test_unit_ready(name, 30_000)? {
             Tur::Ready | Tur::Standby => Ok(()),
@@ -96,6 +106,9 @@ fn read_aligned(f: &File) -> io::Result<()> {
 
 struct PathChecker {
     trigger: Sender<()>,
+    /// Time between this path's checks: the interval, longer while the
+    /// path stays healthy (see [`backoff`]).
+    every: Duration,
     started: Option<Instant>,
     last_start: Option<Instant>,
     verdict: Verdict,
@@ -103,6 +116,8 @@ struct PathChecker {
     verdict_from: Option<Instant>,
     last_ms: Option<f64>,
     last_error: Option<String>,
+    /// The ALUA state the last finished check read.
+    alua: Option<AccessState>,
     /// The running check outlived the timeout behind a device that still
     /// answers (said once per check).
     queued_noted: bool,
@@ -114,6 +129,7 @@ struct PathChecker {
 /// The checkers of every path, driven by the engine's ticks.
 pub struct Checkers {
     interval: Duration,
+    max_interval: Duration,
     timeout: Duration,
     paths: HashMap<String, PathChecker>,
     reports_tx: Sender<Report>,
@@ -129,11 +145,27 @@ pub struct Change {
     pub detail: Option<String>,
 }
 
+/// The time to the next check of a path checked `every` apart: doubled
+/// after a check that found it as healthy as before (same ALUA state), up
+/// to `max`; back to `interval` after anything else. multipathd does the
+/// same (polling_interval up to max_polling_interval): at 64 paths the
+/// checks of healthy paths were a third of the daemon's CPU.
+pub fn backoff(every: Duration, interval: Duration, max: Duration, steady: bool) -> Duration {
+    if steady {
+        (every * 2).clamp(interval, max.max(interval))
+    } else {
+        interval
+    }
+}
+
 impl Checkers {
-    pub fn new(interval: Duration, timeout: Duration) -> Self {
+    /// Paths are checked every `interval`, healthy ones less often up to
+    /// every `max_interval`.
+    pub fn new(interval: Duration, max_interval: Duration, timeout: Duration) -> Self {
         let (reports_tx, reports) = mpsc::channel();
         Checkers {
             interval,
+            max_interval,
             timeout,
             paths: HashMap::new(),
             reports_tx,
@@ -141,9 +173,26 @@ impl Checkers {
         }
     }
 
-    pub fn set_timing(&mut self, interval: Duration, timeout: Duration) {
+    pub fn set_timing(&mut self, interval: Duration, max_interval: Duration, timeout: Duration) {
         self.interval = interval;
+        self.max_interval = max_interval;
         self.timeout = timeout;
+        for p in self.paths.values_mut() {
+            p.every = interval;
+        }
+    }
+
+    /// Checks the path at the base interval again from now on: the kernel
+    /// failed it, or something about it changed.
+    pub fn hurry(&mut self, name: &str) {
+        if let Some(p) = self.paths.get_mut(name) {
+            p.every = self.interval;
+        }
+    }
+
+    /// The time between the path's checks now.
+    pub fn every(&self, name: &str) -> Option<Duration> {
+        self.paths.get(name).map(|p| p.every)
     }
 
     /// Starts checking a path (no-op if already checked).
@@ -160,11 +209,12 @@ impl Checkers {
                 // Ends when the engine drops the trigger (path removed).
                 while rx.recv().is_ok() {
                     let t = Instant::now();
-                    let result = check_once(&path);
+                    let (result, alua) = check_once(&path);
                     let r = Report {
                         path: path.clone(),
                         result,
                         took: t.elapsed(),
+                        alua,
                     };
                     if tx.send(r).is_err() {
                         break;
@@ -178,12 +228,14 @@ impl Checkers {
             name.to_string(),
             PathChecker {
                 trigger,
+                every: self.interval,
                 started: None,
                 last_start: None,
                 verdict: Verdict::Unknown,
                 verdict_from: None,
                 last_ms: None,
                 last_error: None,
+                alua: None,
                 queued_noted: false,
                 answering_at: None,
             },
@@ -211,6 +263,11 @@ impl Checkers {
                     (Some(_), None) => false,
                 }
         })
+    }
+
+    /// The path's ALUA access state as its last finished check read it.
+    pub fn alua(&self, name: &str) -> Option<AccessState> {
+        self.paths.get(name).and_then(|p| p.alua)
     }
 
     pub fn last_ms(&self, name: &str) -> Option<f64> {
@@ -242,6 +299,9 @@ impl Checkers {
                 Ok(()) => (Verdict::Ready, None),
                 Err(e) => (Verdict::Faulty, Some(e)),
             };
+            let steady = to == Verdict::Ready && p.verdict == Verdict::Ready && p.alua == r.alua;
+            p.every = backoff(p.every, self.interval, self.max_interval, steady);
+            p.alua = r.alua;
             p.last_error = detail.clone();
             if to != p.verdict {
                 changes.push(Change {
@@ -294,6 +354,7 @@ impl Checkers {
                         }
                     };
                     p.verdict_from = Some(s);
+                    p.every = self.interval;
                     changes.push(Change {
                         path: name.clone(),
                         from: p.verdict,
@@ -305,7 +366,7 @@ impl Checkers {
                 Some(_) => {}
                 None => {
                     if p.last_start
-                        .is_none_or(|l| now.duration_since(l) >= self.interval)
+                        .is_none_or(|l| now.duration_since(l) >= p.every)
                         && p.trigger.send(()).is_ok()
                     {
                         p.started = Some(now);
@@ -325,13 +386,19 @@ mod tests {
 
     #[test]
     fn a_missing_device_is_faulty_with_the_reason() {
-        let e = check_once("pathpilot-no-such-disk").unwrap_err();
+        let (r, alua) = check_once("pathpilot-no-such-disk");
+        assert_eq!(alua, None);
+        let e = r.unwrap_err();
         assert!(e.contains("/dev/pathpilot-no-such-disk"), "{e}");
     }
 
     #[test]
     fn checkers_report_changes_once() {
-        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_secs(5));
+        let mut c = Checkers::new(
+            Duration::from_millis(10),
+            Duration::from_millis(80),
+            Duration::from_secs(5),
+        );
         c.add("pathpilot-no-such-disk");
         let t0 = Instant::now();
         let mut seen = vec![];
@@ -350,6 +417,51 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(c.verdict("pathpilot-no-such-disk"), Verdict::Faulty);
+        // A failing path is checked at the interval, never backed off.
+        assert_eq!(
+            c.every("pathpilot-no-such-disk"),
+            Some(Duration::from_millis(10))
+        );
+    }
+
+    #[test]
+    fn a_real_disk_that_reads_well_is_checked_less_often() {
+        // A loop device stands for a healthy path.
+        let Some(lo) = crate::test_loop::TestLoop::attach("checker") else {
+            return;
+        };
+        let (dev, name) = (lo.dev.clone(), lo.name().to_string());
+        let (i, max) = (Duration::from_millis(10), Duration::from_millis(80));
+        let mut c = Checkers::new(i, max, Duration::from_secs(5));
+        c.add(&name);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) && c.every(&name) != Some(max) {
+            c.tick(Instant::now(), &mut |_| None);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (every, verdict) = (c.every(&name), c.verdict(&name));
+        c.hurry(&name);
+        let hurried = c.every(&name);
+        drop(lo);
+        assert_eq!(verdict, Verdict::Ready, "{dev}");
+        assert_eq!(every, Some(max), "{dev} read well: checked every {max:?}");
+        assert_eq!(hurried, Some(i), "hurried: back to the interval");
+    }
+
+    #[test]
+    fn healthy_paths_are_checked_less_often_up_to_the_maximum() {
+        let (i, max) = (Duration::from_secs(1), Duration::from_secs(4));
+        let mut every = i;
+        let mut seen = vec![];
+        for _ in 0..4 {
+            every = backoff(every, i, max, true);
+            seen.push(every.as_secs());
+        }
+        assert_eq!(seen, vec![2, 4, 4, 4]);
+        assert_eq!(backoff(every, i, max, false), i, "anything else: at once");
+        // A maximum below the interval (or equal) means no back-off.
+        assert_eq!(backoff(i, i, Duration::from_millis(10), true), i);
+        assert_eq!(backoff(i, i, i, true), i);
     }
 
     /// A check that never answers: the checker thread blocks opening a
@@ -398,7 +510,11 @@ mod tests {
     #[test]
     fn a_check_queued_behind_a_device_that_answers_does_not_fail_the_path() {
         let (name, fifo) = hanging_check();
-        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+        let mut c = Checkers::new(
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        );
         c.add(&name);
         let (changes, notes) = run_for(
             &mut c,
@@ -425,7 +541,11 @@ mod tests {
             ),
         ] {
             let (name, fifo) = hanging_check();
-            let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+            let mut c = Checkers::new(
+                Duration::from_millis(10),
+                Duration::from_millis(10),
+                Duration::from_millis(100),
+            );
             c.add(&name);
             let (changes, notes) = run_for(&mut c, Duration::from_millis(400), silent);
             release(&fifo);
@@ -441,7 +561,11 @@ mod tests {
     #[test]
     fn a_busy_device_seen_idle_between_bursts_is_not_failed() {
         let (name, fifo) = hanging_check();
-        let mut c = Checkers::new(Duration::from_millis(10), Duration::from_millis(100));
+        let mut c = Checkers::new(
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        );
         c.add(&name);
         let (mut changes, mut n) = (vec![], 0u32);
         let t0 = Instant::now();

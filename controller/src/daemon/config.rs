@@ -64,6 +64,10 @@ pub struct MapsConfig {
 pub struct CheckerConfig {
     /// Seconds between checks of a path.
     pub interval_secs: f64,
+    /// A path that stays healthy is checked less often, up to every this
+    /// many seconds (unset: 4 x interval_secs, as multipathd's
+    /// max_polling_interval).
+    pub max_interval_secs: Option<f64>,
     /// A check that has not answered after this many seconds fails the path.
     pub timeout_secs: f64,
 }
@@ -127,6 +131,7 @@ impl Default for CheckerConfig {
     fn default() -> Self {
         CheckerConfig {
             interval_secs: 2.0,
+            max_interval_secs: None,
             timeout_secs: 5.0,
         }
     }
@@ -271,6 +276,17 @@ impl Config {
                 format!("{} is out of range (0.1 to 600)", c.interval_secs),
             );
         }
+        if let Some(m) = c.max_interval_secs
+            && !(c.interval_secs..=3600.0).contains(&m)
+        {
+            return bad(
+                "max_interval_secs",
+                format!(
+                    "{m} is out of range (interval_secs, {}, to 3600)",
+                    c.interval_secs
+                ),
+            );
+        }
         if !(0.1..=600.0).contains(&c.timeout_secs) {
             return bad(
                 "timeout_secs",
@@ -370,6 +386,20 @@ impl Config {
 
     pub fn window(&self) -> Duration {
         Duration::from_secs_f64(self.window_secs)
+    }
+
+    /// How often each path is checked and discovery looks for changes.
+    pub fn checker_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.checker.interval_secs)
+    }
+
+    /// The longest time between two checks of a healthy path.
+    pub fn checker_max_interval(&self) -> Duration {
+        Duration::from_secs_f64(
+            self.checker
+                .max_interval_secs
+                .unwrap_or(4.0 * self.checker.interval_secs),
+        )
     }
 }
 
@@ -516,6 +546,13 @@ pub const KEYS: &[KeyDoc] = &[
         default: |c| Some(toml_num(c.checker.interval_secs)),
         example: None,
         doc: "between checks of a path (0.1..600)",
+    },
+    KeyDoc {
+        section: "checker",
+        key: "max_interval_secs",
+        default: |c| c.checker.max_interval_secs.map(toml_num),
+        example: Some("8"),
+        doc: "a healthy path's checks slow down to this (unset: 4 x interval)",
     },
     KeyDoc {
         section: "checker",
@@ -760,6 +797,19 @@ allow = ["wwid=^3500"]
         assert_eq!(Config::default().grouping(false), Grouping::Multibus);
         let e = Config::parse("[checker]\ntimeout_secs = -1").unwrap_err();
         assert!(e.contains("line 2: timeout_secs"), "{e}");
+        let e = Config::parse("[checker]\ninterval_secs = 2\nmax_interval_secs = 1").unwrap_err();
+        assert!(
+            e.contains("max_interval_secs: 1 is out of range (interval_secs, 2, to 3600)"),
+            "{e}"
+        );
+        let c = Config::parse("[checker]\ninterval_secs = 1").unwrap();
+        assert_eq!(c.checker_max_interval(), Duration::from_secs(4));
+        let c = Config::parse("[checker]\ninterval_secs = 1\nmax_interval_secs = 1").unwrap();
+        assert_eq!(
+            c.checker_max_interval(),
+            Duration::from_secs(1),
+            "no back-off"
+        );
         let e = Config::parse("[marginal]\nenabled = true\nlatency_ratio = 1").unwrap_err();
         assert!(
             e.contains("line 3: latency_ratio: 1 is out of range (1.5 to 1000)"),

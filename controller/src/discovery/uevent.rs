@@ -53,15 +53,25 @@ impl Uevent {
                 .as_deref()
                 .is_some_and(|n| n.starts_with("dm-"))
     }
+
+    /// The device-mapper device (`dm-3`) whose table was swapped or that
+    /// was resumed: the kernel sends a `change` on every resume.
+    pub fn dm_change(&self) -> Option<&str> {
+        let n = self.devname.as_deref()?;
+        (self.subsystem == "block" && self.action == "change" && n.starts_with("dm-")).then_some(n)
+    }
 }
 
 /// What arrived since the last drain.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Drained {
     /// Events that touch paths (see [`Uevent::touches_paths`]).
     pub path_events: usize,
     /// The socket's buffer overflowed: events were lost, scan everything.
     pub lost: bool,
+    /// Device-mapper devices changed (see [`Uevent::dm_change`]), each
+    /// named once.
+    pub dm_changed: Vec<String>,
 }
 
 /// A non-blocking subscription to the kernel's uevents.
@@ -145,8 +155,16 @@ impl UeventMonitor {
                     _ => return out,
                 }
             }
-            if Uevent::parse(&buf[..n as usize]).is_some_and(|e| e.touches_paths()) {
+            let Some(e) = Uevent::parse(&buf[..n as usize]) else {
+                continue;
+            };
+            if e.touches_paths() {
                 out.path_events += 1;
+            }
+            if let Some(dm) = e.dm_change()
+                && !out.dm_changed.iter().any(|d| d == dm)
+            {
+                out.dm_changed.push(dm.to_string());
             }
         }
     }
@@ -190,43 +208,33 @@ mod tests {
             "SUBSYSTEM=block",
             "DEVNAME=dm-3",
         ]);
-        assert!(!Uevent::parse(&dm).unwrap().touches_paths());
+        let dm = Uevent::parse(&dm).unwrap();
+        assert!(!dm.touches_paths());
+        assert_eq!(dm.dm_change(), Some("dm-3"));
+        assert_eq!(e.dm_change(), None, "a disk is no map");
         let scsi = dgram(&[
             "change@/devices/platform/host3/target3:0:1/3:0:1:0",
             "ACTION=change",
             "SUBSYSTEM=scsi",
             "SDEV_UA=ASYMMETRIC_ACCESS_STATE_CHANGED",
         ]);
-        assert!(!Uevent::parse(&scsi).unwrap().touches_paths());
+        let scsi = Uevent::parse(&scsi).unwrap();
+        assert!(!scsi.touches_paths());
+        assert_eq!(scsi.dm_change(), None);
         assert_eq!(Uevent::parse(b"libudev\0\xfe\xed"), None);
         assert_eq!(Uevent::parse(b""), None);
     }
 
     #[test]
     fn a_loop_device_coming_and_going_is_seen() {
-        // Root only (losetup); the host has loop devices and no dm.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to attach a loop device");
-            return;
-        }
+        // The host has loop devices and no dm.
         let mon = UeventMonitor::open().expect("netlink uevent socket");
         let _ = mon.drain();
-        let dir = std::env::temp_dir().join(format!("pp-uevent-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let img = dir.join("img");
-        std::fs::write(&img, vec![0u8; 1 << 20]).unwrap();
-        let out = std::process::Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&img)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let detach = std::process::Command::new("losetup")
-            .args(["-d", &dev])
-            .status();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(detach.is_ok_and(|s| s.success()), "losetup -d {dev}");
+        let Some(lo) = crate::test_loop::TestLoop::attach("uevent") else {
+            return;
+        };
+        let dev = lo.dev.clone();
+        assert!(lo.detach(), "losetup -d {dev}");
         // The kernel sends the events synchronously with the changes.
         let mut seen = Drained::default();
         for _ in 0..50 {

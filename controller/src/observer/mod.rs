@@ -137,6 +137,11 @@ pub struct Observer {
     table: Vec<u32>,
     gen_no: u32,
     snapshots: u64,
+    /// Per watched device (kernel dev_t): its counters and sysfs io_ticks
+    /// at the last snapshot. A device with no I/O since and none in flight
+    /// has the same io_ticks: not read again (at 64 paths, a window's
+    /// sysfs reads were most of an idle snapshot).
+    quiet: StdHashMap<u32, (DevStats, u64)>,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
@@ -235,6 +240,7 @@ impl Observer {
             table: vec![SLOT_EMPTY; MAX_SLOTS as usize],
             gen_no: 0,
             snapshots: 0,
+            quiet: StdHashMap::new(),
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -434,13 +440,16 @@ impl Observer {
                 sh.inflight = 0;
                 let _ = self.shared.set(slot, sh, 0);
             }
-            let peak = self
-                .peak
-                .get(&slot, 0)
-                .map(|p| p.iter().copied().max().unwrap_or(0))
-                .unwrap_or(0);
-            let z = self.zeros(0i64)?;
-            let _ = self.peak.set(slot, z, 0);
+            let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
+                (
+                    p.iter().copied().max().unwrap_or(0),
+                    p.iter().any(|v| *v != 0),
+                )
+            });
+            if reset {
+                let z = self.zeros(0i64)?;
+                let _ = self.peak.set(slot, z, 0);
+            }
             devices.insert(
                 dev,
                 DeviceCounters {
@@ -473,11 +482,19 @@ impl Observer {
             }
         }
         let mut io_ticks_ms = BTreeMap::new();
-        for d in devices.keys() {
-            if let Some(t) = BlockDev::io_ticks_ms(*d) {
+        let mut quiet = StdHashMap::with_capacity(devices.len());
+        for (d, c) in &devices {
+            let k = d.kernel();
+            let ticks = match self.quiet.get(&k) {
+                Some((s, t)) if *s == c.stats && c.inflight == 0 => Some(*t),
+                _ => BlockDev::io_ticks_ms(*d),
+            };
+            if let Some(t) = ticks {
                 io_ticks_ms.insert(*d, t);
+                quiet.insert(k, (c.stats, t));
             }
         }
+        self.quiet = quiet;
         Ok(Snapshot {
             taken,
             devices,

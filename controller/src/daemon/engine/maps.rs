@@ -20,6 +20,7 @@ use crate::{
             no_path_retry::NoPathRetry,
             outside,
             repair::{self, Repair},
+            schedule::Look,
             sync,
         },
     },
@@ -238,6 +239,8 @@ impl Engine {
             health: marginal::Model::new(self.cfg.marginal.clone()),
             set_aside: vec![],
             alua_seen: Default::default(),
+            look: Look::new(Instant::now()),
+            status_look: Look::new(Instant::now()),
         };
         if managed {
             let tp = entry.tuned_paths();
@@ -420,18 +423,28 @@ impl Engine {
         Ok(())
     }
 
-    /// Re-reads every map's table and status: path states from the kernel,
-    /// and a table someone else loaded.
-    pub(super) fn refresh_status(&mut self) {
+    /// Re-reads the maps' tables and status: path states from the kernel,
+    /// and a table someone else loaded. `all`: every map; else those whose
+    /// event counter moved, whose dm device announced a change, or not
+    /// read for [`Look::EVERY`] (a message from someone else moves
+    /// nothing).
+    pub(super) fn refresh_status(&mut self, all: bool) {
         let now = Instant::now();
         let t = self.t();
+        let monitored = self.uevents.is_some();
         for mi in 0..self.maps.len() {
             let name = self.maps[mi].name.clone();
             let Ok(info) = self.dm.info(&name) else {
                 continue;
             };
-            self.maps[mi].suspended = info.suspended;
-            self.maps[mi].last_event = info.event_nr;
+            let m = &mut self.maps[mi];
+            m.suspended = info.suspended;
+            let moved = info.event_nr != m.last_event;
+            m.last_event = info.event_nr;
+            if !all && !moved && !m.status_look.due(now, monitored, false) {
+                continue;
+            }
+            m.status_look.looked(now);
             if let Ok(live) = self.dm.multipath_table(&name) {
                 self.check_table(mi, live, t);
             }
@@ -519,8 +532,9 @@ impl Engine {
         if !m.managed || table.hw_handler.as_ref().is_none_or(|h| h.name != "alua") {
             return;
         }
-        // The states alone each interval; the whole ALUA view (preferred
-        // bit, port group) when one changed, or on a full scan.
+        // The states alone each interval, as the paths' checkers last read
+        // them; the whole ALUA view (preferred bit, port group) when one
+        // changed, or on a full scan.
         let seen = AluaSeen {
             groups: table
                 .groups
@@ -530,12 +544,7 @@ impl Engine {
             states: m
                 .paths
                 .iter()
-                .map(|p| {
-                    (
-                        p.dev,
-                        Alua::state(&Path::new("/sys/class/block").join(&p.name)),
-                    )
-                })
+                .map(|p| (p.dev, self.checkers.alua(&p.name)))
                 .collect(),
         };
         if !full && seen == m.alua_seen {
@@ -619,7 +628,9 @@ impl Engine {
             None
         };
         for mi in 0..self.maps.len() {
-            if !self.maps[mi].managed {
+            // Between full scans nothing came or went: the kernel would
+            // have said so (a full scan follows every disk event).
+            if !self.maps[mi].managed || scan.is_none() {
                 continue;
             }
             let wwid = self.maps[mi].wwid.clone();

@@ -29,6 +29,7 @@ use super::{
         marginal,
         no_path_retry::NoPathRetry,
         outside,
+        schedule::{Look, Scan, ScanSchedule},
         sync::{self, Hold},
     },
     shared::{Change, Shared},
@@ -44,7 +45,7 @@ use crate::{
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
     observer::{DeviceInterval, Observer, Scope, Snapshot},
-    tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
+    tuner::{Decision, Health, Knob, Mode, Outcome, Settings, Tuner, Window},
 };
 
 mod health;
@@ -154,6 +155,12 @@ struct MapEntry {
     /// Its groups and its paths' ALUA states when they last matched: the
     /// per-interval look regroups only when these change.
     alua_seen: AluaSeen,
+    /// When its table and knobs are next compared with what the daemon
+    /// left (a change made by someone else).
+    look: Look,
+    /// When its table and status are next read though its event counter
+    /// has not moved.
+    status_look: Look,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -228,15 +235,9 @@ pub struct Engine {
     /// The kernel's uevents: a full discovery scan only when a disk came,
     /// went or changed (None where unavailable: a full scan every time).
     uevents: Option<UeventMonitor>,
-    /// Full scans still owed after an event (a disk's attributes may
-    /// settle a moment after its event).
-    full_scans_owed: u8,
-    next_full_scan: Instant,
+    /// When discovery reads every disk, and when only the known paths.
+    scans: ScanSchedule,
 }
-
-/// A full discovery scan at least this often even without uevents, in
-/// case one was missed.
-const FULL_SCAN_EVERY: Duration = Duration::from_secs(60);
 
 fn totals_add(t: &mut Totals, i: &DeviceInterval) {
     t.read_ios += i.read_ios;
@@ -334,7 +335,8 @@ impl Engine {
         dm.set_suspend_limit(Duration::from_secs_f64(cfg.checker.timeout_secs));
         let obs = Observer::load(Scope::WatchList).context("cannot start the observer")?;
         let checkers = Checkers::new(
-            Duration::from_secs_f64(cfg.checker.interval_secs),
+            cfg.checker_interval(),
+            cfg.checker_max_interval(),
             Duration::from_secs_f64(cfg.checker.timeout_secs),
         );
         let mut obs = obs;
@@ -369,9 +371,15 @@ impl Engine {
                     None
                 }
             },
-            full_scans_owed: 0,
-            next_full_scan: Instant::now() + FULL_SCAN_EVERY,
+            scans: ScanSchedule::new(Instant::now(), Duration::ZERO, true),
         };
+        // The first pass one interval after the start, a full one on every
+        // pass when no uevents arrive.
+        e.scans = ScanSchedule::new(
+            Instant::now(),
+            e.cfg.checker_interval(),
+            e.uevents.is_some(),
+        );
         if let Some(m) = &e.multipathd {
             say!("multipathd is running ({m}): its maps are observed only, none adopted");
         }
@@ -511,8 +519,6 @@ impl Engine {
         spawn_event_watcher(wake_tx.clone(), self.stop.clone())?;
         let tick = Duration::from_millis(200);
         let mut next_window = Instant::now() + self.cfg.window();
-        let mut next_scan =
-            Instant::now() + Duration::from_secs_f64(self.cfg.checker.interval_secs);
         while !self.stop.load(Ordering::SeqCst) {
             match wake.recv_timeout(tick) {
                 Ok(Wake::Change(c)) => {
@@ -524,7 +530,7 @@ impl Engine {
                 }
                 Ok(Wake::DmEvent) => {
                     let t = thread_cpu();
-                    self.refresh_status();
+                    self.refresh_status(false);
                     self.account("dm_status", t);
                     self.publish();
                 }
@@ -543,26 +549,20 @@ impl Engine {
             if self.no_path_retry(now) {
                 self.publish();
             }
-            if let Some(d) = self.uevents.as_ref().map(UeventMonitor::drain)
-                && (d.path_events > 0 || d.lost)
-            {
-                // A disk came or went: look now, and twice more.
-                self.full_scans_owed = 3;
-                next_scan = now;
-            }
-            if now >= next_scan {
-                next_scan = now + Duration::from_secs_f64(self.cfg.checker.interval_secs);
-                let t = thread_cpu();
-                self.refresh_status();
-                let t = self.account("dm_status", t);
-                let full = self.uevents.is_none()
-                    || self.full_scans_owed > 0
-                    || now >= self.next_full_scan;
-                if full {
-                    self.full_scans_owed = self.full_scans_owed.saturating_sub(1);
-                    self.next_full_scan = now + FULL_SCAN_EVERY;
+            if let Some(d) = self.uevents.as_ref().map(UeventMonitor::drain) {
+                self.scans.on_uevents(&d, now);
+                for m in &mut self.maps {
+                    if d.lost || d.dm_changed.contains(&m.kernel_name) {
+                        m.look.changed();
+                        m.status_look.changed();
+                    }
                 }
-                if let Err(e) = self.rescan(full) {
+            }
+            if let Some(scan) = self.scans.due(now, self.cfg.checker_interval()) {
+                let t = thread_cpu();
+                self.refresh_status(false);
+                let t = self.account("dm_status", t);
+                if let Err(e) = self.rescan(scan == Scan::Full) {
                     say!("rescan failed: {e:#}");
                 }
                 self.account("rescan", t);
@@ -598,7 +598,8 @@ impl Engine {
                     say!("SIGHUP: socket and metrics addresses change only on restart");
                 }
                 self.checkers.set_timing(
-                    Duration::from_secs_f64(c.checker.interval_secs),
+                    c.checker_interval(),
+                    c.checker_max_interval(),
                     Duration::from_secs_f64(c.checker.timeout_secs),
                 );
                 self.dm
@@ -626,6 +627,13 @@ impl Engine {
     /// reinstate one it finds good that the kernel holds failed (never one
     /// an operator failed).
     fn run_checkers(&mut self, now: Instant) {
+        // A path the kernel failed is checked at the base interval, so it
+        // is reinstated as soon as it answers again.
+        for p in self.maps.iter().flat_map(|m| &m.paths) {
+            if p.dm_failed {
+                self.checkers.hurry(&p.name);
+            }
+        }
         let (maps, obs) = (&self.maps, &self.obs);
         let mut silent = |name: &str| {
             let dev = maps
@@ -820,9 +828,15 @@ impl Engine {
                 continue;
             }
             self.judge_health(mi, t, &pis);
-            let t0 = thread_cpu();
-            self.check_knobs(mi, t);
-            self.account("knobs", t0);
+            let now = Instant::now();
+            let trying = self.maps[mi]
+                .tuner
+                .as_ref()
+                .is_some_and(|tu| tu.state() == "trying");
+            let looked = self.maps[mi].look.due(now, self.uevents.is_some(), trying);
+            if looked {
+                self.look_outside(mi, t, now);
+            }
             let m = &self.maps[mi];
             let failed: Vec<String> = m
                 .paths
@@ -845,10 +859,34 @@ impl Engine {
                 last_path_change: m.last_path_change.map(|c| t - c.elapsed().as_secs_f64()),
                 stalled_paths,
             };
-            let action = self.maps[mi]
+            let mut action = self.maps[mi]
                 .tuner
                 .as_mut()
                 .and_then(|tu| tu.on_window(t, &w, &health));
+            if action.is_some() && !looked {
+                // Never overwrite someone else's change: look first. One
+                // found stops tuning; the change the tuner meant to try was
+                // not made, so it is not logged as tried.
+                let pending = self.maps[mi]
+                    .tuner
+                    .as_mut()
+                    .map(Tuner::drain)
+                    .unwrap_or_default();
+                let outside = self.look_outside(mi, t, now);
+                if outside {
+                    action = None;
+                }
+                for d in pending {
+                    if !(outside && d.outcome == Outcome::Trying) {
+                        Self::log_decision(
+                            &mut self.decisions,
+                            &mut self.decision_counts,
+                            &mut self.next_seq,
+                            d,
+                        );
+                    }
+                }
+            }
             if let Some(a) = action {
                 let knobs = self.maps[mi]
                     .tuner
@@ -871,6 +909,23 @@ impl Engine {
         }
         self.prev = cur;
         Ok(())
+    }
+
+    /// [`Self::check_knobs`] at `now`, its CPU accounted; whether it found
+    /// a change made outside (tuning stopped by it).
+    fn look_outside(&mut self, mi: usize, t: f64, now: Instant) -> bool {
+        let cpu = thread_cpu();
+        let held = |e: &Self| {
+            e.maps[mi]
+                .tuner
+                .as_ref()
+                .is_some_and(|tu| tu.held().is_some())
+        };
+        let before = held(self);
+        self.check_knobs(mi, t);
+        self.maps[mi].look.looked(now);
+        self.account("knobs", cpu);
+        !before && held(self)
     }
 
     /// The queue knobs and table knobs of a managed map as the kernel holds

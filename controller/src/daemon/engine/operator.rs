@@ -204,7 +204,7 @@ impl Engine {
                         }
                     ),
                 );
-                self.refresh_status();
+                self.refresh_status(true);
                 let st = self.maps[mi]
                     .paths
                     .iter()

@@ -9,6 +9,7 @@ pub mod marginal;
 pub mod no_path_retry;
 pub mod outside;
 pub mod repair;
+pub mod schedule;
 pub mod sync;
 
 #[cfg(test)]
