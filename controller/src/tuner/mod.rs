@@ -518,15 +518,24 @@ impl Tuner {
             (_, true, _) => "paused".into(),
             (_, _, Mode::Observe) => "observe".into(),
             (Phase::Paused(_), _, _) => "paused".into(),
-            (Phase::Applying(_) | Phase::Settling(..) | Phase::Measuring(..), _, _) => {
-                "trying".into()
-            }
+            _ if self.trying() => "trying".into(),
             (_, _, Mode::Advise) => "advise".into(),
             // Every candidate for this workload tried: a bench or an admin
             // can stop waiting for more decisions.
             (Phase::Converged, _, _) => "converged".into(),
             _ => "tune".into(),
         }
+    }
+
+    /// A change is under test (applied, settling or measured), on a map
+    /// the tuner may change: the state `trying`.
+    pub fn trying(&self) -> bool {
+        !self.hands_off()
+            && self.mode != Mode::Observe
+            && matches!(
+                self.phase,
+                Phase::Applying(_) | Phase::Settling(..) | Phase::Measuring(..)
+            )
     }
 
     /// Decisions made since the last call.

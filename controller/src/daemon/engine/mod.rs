@@ -341,6 +341,16 @@ impl Engine {
         );
         let mut obs = obs;
         let prev = obs.snapshot()?;
+        let uevents = match UeventMonitor::open() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                say!(
+                    "no kernel uevents ({e}): paths are found by scanning sysfs every check interval"
+                );
+                None
+            }
+        };
+        let interval = cfg.checker_interval();
         let mut e = Engine {
             cfg,
             config_path,
@@ -362,24 +372,11 @@ impl Engine {
             stop,
             reload_config,
             spent: BTreeMap::new(),
-            uevents: match UeventMonitor::open() {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    say!(
-                        "no kernel uevents ({e}): paths are found by scanning sysfs every check interval"
-                    );
-                    None
-                }
-            },
-            scans: ScanSchedule::new(Instant::now(), Duration::ZERO, true),
+            // The first pass one interval after the start, a full one on
+            // every pass when no uevents arrive.
+            scans: ScanSchedule::new(Instant::now(), interval, uevents.is_some()),
+            uevents,
         };
-        // The first pass one interval after the start, a full one on every
-        // pass when no uevents arrive.
-        e.scans = ScanSchedule::new(
-            Instant::now(),
-            e.cfg.checker_interval(),
-            e.uevents.is_some(),
-        );
         if let Some(m) = &e.multipathd {
             say!("multipathd is running ({m}): its maps are observed only, none adopted");
         }
@@ -829,10 +826,7 @@ impl Engine {
             }
             self.judge_health(mi, t, &pis);
             let now = Instant::now();
-            let trying = self.maps[mi]
-                .tuner
-                .as_ref()
-                .is_some_and(|tu| tu.state() == "trying");
+            let trying = self.maps[mi].tuner.as_ref().is_some_and(Tuner::trying);
             let looked = self.maps[mi].look.due(now, self.uevents.is_some(), trying);
             if looked {
                 self.look_outside(mi, t, now);
