@@ -421,8 +421,12 @@ fn sigkill_in_the_middle_of_a_reload() -> Result<()> {
             .trim()
             .to_string())
     };
-    for step in ["reload-after-load", "reload-after-suspend"] {
-        start_daemon(&tb, &cfg, &format!("PATHPILOT_FAULT={step}"))?;
+    // pathpilot's reload holds I/O only inside one resume ioctl, so it
+    // cannot die with the map suspended; a process that suspends and
+    // resumes in two ioctls can (an older pathpilot, a dmsetup script):
+    // the map is left so by hand after the kill.
+    for step in ["reload-after-load", "left-suspended"] {
+        start_daemon(&tb, &cfg, "PATHPILOT_FAULT=reload-after-load")?;
         std::thread::sleep(Duration::from_secs(2)); // I/O through the map
         // A disk appears: the daemon reloads to add it and dies at `step`.
         tb.restore_path(2)?;
@@ -432,6 +436,9 @@ fn sigkill_in_the_middle_of_a_reload() -> Result<()> {
             Duration::from_secs(10),
             |tb| Ok(!daemon_alive(tb)?),
         )?;
+        if step == "left-suspended" {
+            tb.sh("DM_DISABLE_UDEV=1 dmsetup suspend --noflush --nolockfs mpatha")?;
+        }
         let left = info(&tb)?;
         eprintln!("{step}: daemon SIGKILLed; map left as attr,events = {left}");
         // attr: L live table, I inactive table, s suspended.
@@ -439,7 +446,7 @@ fn sigkill_in_the_middle_of_a_reload() -> Result<()> {
         assert!(attr.contains('I'), "{step}: no inactive table: {left}");
         assert_eq!(
             attr.contains('s'),
-            step == "reload-after-suspend",
+            step == "left-suspended",
             "{step}: {left}"
         );
         // Undo the cause, so nothing needs a reload at the next start.

@@ -22,31 +22,7 @@ interval_secs = 1
 timeout_secs = 5
 "#;
 
-/// (threads, VmRSS KiB, VmHWM KiB, CPU ticks) of the daemon.
-fn daemon_proc(tb: &Testbed) -> Result<(usize, u64, u64, u64)> {
-    // A reload runs a short-lived `suspend-guard` thread beside the engine
-    // (joined when the reload ends): not counted.
-    let out = tb.sh(
-        "p=$(cat /tmp/daemon.pid); cat /proc/$p/task/*/comm | grep -vc '^suspend-guard$'; \
-         grep -E '^(VmRSS|VmHWM):' /proc/$p/status | tr -s ' ' | cut -d' ' -f2; \
-         cut -d' ' -f14,15 /proc/$p/stat",
-    )?;
-    let v: Vec<u64> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    ensure!(v.len() == 5, "daemon /proc figures: {out}");
-    // /proc/PID/status lists VmHWM before VmRSS.
-    Ok((v[0] as usize, v[2], v[1], v[3] + v[4]))
-}
-
-/// The daemon's CPU over `secs`, percent of one core (USER_HZ is 100).
-fn cpu_over(tb: &Testbed, secs: u64) -> Result<f64> {
-    let a = daemon_proc(tb)?.3;
-    std::thread::sleep(Duration::from_secs(secs));
-    let b = daemon_proc(tb)?.3;
-    Ok((b - a) as f64 / secs as f64)
-}
+const DAEMON: &str = "$(cat /tmp/daemon.pid)";
 
 /// CPU ticks per thread name of the daemon, summed (the checker threads
 /// are one line).
@@ -127,10 +103,10 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         Some((LUNS * PORTS + LUNS) as u64),
         "watched devices"
     );
-    let (threads_idle, rss_idle, hwm_idle, _) = daemon_proc(&tb)?;
+    let idle = tb.proc_figures(DAEMON)?;
     let before = thread_ticks(&tb)?;
     let engine_before = engine_secs(&tb)?;
-    let cpu_idle = cpu_over(&tb, 10)?;
+    let cpu_idle = tb.cpu_over(DAEMON, 10)?.0;
     let after = thread_ticks(&tb)?;
     let engine: Vec<String> = engine_secs(&tb)?
         .iter()
@@ -155,7 +131,7 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         files.join(":")
     ))?;
     std::thread::sleep(Duration::from_secs(5));
-    let cpu_load = cpu_over(&tb, 10)?;
+    let cpu_load = tb.cpu_over(DAEMON, 10)?.0;
     let seen = poll(
         &tb,
         "reads counted on every path",
@@ -176,32 +152,37 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         "every path counted reads {:.1} s after the check began",
         seen.as_secs_f64()
     );
-    let (threads_load, rss_load, hwm_load, _) = daemon_proc(&tb)?;
+    let load = tb.proc_figures(DAEMON)?;
     let fio = tb.wait_job(&job, Duration::from_secs(60))?;
     ensure!(fio.success(), "fio over every map: {}", fio.stderr_str());
     let s = daemon_status(&tb)?;
     eprintln!(
-        "daemon at 64 paths: threads {threads_idle} idle, {threads_load} under load; \
+        "daemon at 64 paths: threads {} idle, {} under load; \
          RSS {:.1} MiB idle (peak {:.1}), {:.1} MiB under load (peak {:.1}); \
          CPU {cpu_idle:.1}% of a core idle, {cpu_load:.1}% under load; \
          BPF entries watched {} counted {}",
-        rss_idle as f64 / 1024.0,
-        hwm_idle as f64 / 1024.0,
-        rss_load as f64 / 1024.0,
-        hwm_load as f64 / 1024.0,
+        idle.threads,
+        load.threads,
+        idle.rss_kib as f64 / 1024.0,
+        idle.hwm_kib as f64 / 1024.0,
+        load.rss_kib as f64 / 1024.0,
+        load.hwm_kib as f64 / 1024.0,
         s["bpf_watched"],
         s["bpf_counted"]
     );
     // Bounded: a checker thread per path and a few of the daemon's own,
     // the same number under load as idle (nothing spawned per window).
     assert!(
-        threads_idle <= LUNS * PORTS + 8,
-        "{threads_idle} threads for {} paths",
+        idle.threads as usize <= LUNS * PORTS + 8,
+        "{} threads for {} paths",
+        idle.threads,
         LUNS * PORTS
     );
     assert!(
-        threads_load <= threads_idle,
-        "threads grew under load: {threads_idle} -> {threads_load}\n{}",
+        load.threads <= idle.threads,
+        "threads grew under load: {} -> {}\n{}",
+        idle.threads,
+        load.threads,
         tb.sh("cat /proc/$(cat /tmp/daemon.pid)/task/*/comm | sort | uniq -c")?
     );
 

@@ -1,6 +1,7 @@
 //! `pathpilot reload MAP ...`: change a map's table online. Prints the old
-//! and new table as a diff, loads + suspends + resumes, then reports what
-//! the kernel kept and the stall I/O saw.
+//! and new table as a diff, loads it and resumes once (the kernel suspends
+//! the map inside the resume), then reports what the kernel kept and the
+//! stall I/O saw.
 use std::collections::{BTreeMap, HashSet};
 
 use anyhow::{Context, Result, bail};
@@ -441,8 +442,6 @@ fn timing_of(v: &serde_json::Value) -> ReloadTiming {
     let us = |k: &str| std::time::Duration::from_micros(v[k].as_u64().unwrap_or(0));
     ReloadTiming {
         load: us("load"),
-        suspend: us("suspend"),
-        resume: us("resume"),
         stall: us("stall"),
     }
 }
@@ -545,11 +544,9 @@ fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
             println!("{}: {}", args.map, n.describe());
         }
         println!(
-            "{}: stall {:.1} ms (suspend {:.1} ms, resume {:.1} ms; load {:.1} ms before it)",
+            "{}: stall {:.1} ms (one resume: the kernel suspended, swapped, resumed; load {:.1} ms before it)",
             args.map,
             ms(timing.stall),
-            ms(timing.suspend),
-            ms(timing.resume),
             ms(timing.load)
         );
         if !report.pinned.is_empty() {

@@ -128,12 +128,7 @@ pub mod fake {
             // A new table starts with every path active.
             self.failed.borrow_mut().clear();
             let z = Duration::ZERO;
-            Ok(ReloadTiming {
-                load: z,
-                suspend: z,
-                resume: z,
-                stall: z,
-            })
+            Ok(ReloadTiming { load: z, stall: z })
         }
 
         fn message(&self, map: &str, msg: &Message) -> Result<(), DmError> {

@@ -9,7 +9,7 @@
 //! the change only when its gain is beyond the measured noise, otherwise
 //! revert; remember the best settings per workload class, so a returning
 //! workload snaps back to them.
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde::Serialize;
 
@@ -25,6 +25,10 @@ pub use window::{Class, Size, Window};
 /// or a read share this far from it, are another workload.
 const SHAPE_RATIO: f64 = 1.6;
 const SHAPE_READ: f64 = 0.3;
+
+/// The window-to-window noise of a workload is pooled over this many of
+/// its latest measurements (baselines and trials).
+const NOISE_GROUPS: usize = 8;
 
 /// A trial whose gain clears the floor but not the noise is measured on,
 /// up to this many times its windows, before it is judged.
@@ -277,6 +281,11 @@ pub struct Tuner {
     /// so a later workload whose own figures cannot show it (one large
     /// request at a time) can still be weighted by it.
     path_caps: Option<Vec<f64>>,
+    /// The workload's latest measurements, whose spread is its noise: two
+    /// windows a side say little of it (judged by them alone, the gain
+    /// needed in the VM's bench ranged from the 5% floor to +70%), many
+    /// together say more.
+    noise: VecDeque<Stats>,
     last_reload: Option<f64>,
     reload_blocked_until: f64,
     user_paused: bool,
@@ -311,6 +320,7 @@ impl Tuner {
             held: None,
             shape: None,
             path_caps: None,
+            noise: VecDeque::new(),
             last_reload: None,
             reload_blocked_until: 0.0,
             user_paused: false,
@@ -378,7 +388,18 @@ impl Tuner {
     /// the settings are what the kernel shows now, and tuning stops until
     /// an operator resumes it. A trial in progress is dropped unjudged
     /// and not undone: undoing it would overwrite the other party's change.
+    /// One only proposed (the daemon looks before it acts, and found this
+    /// change) was never made: it is withdrawn, its note with it, and it
+    /// stays untried.
     pub fn outside_change(&mut self, t: f64, why: &str, now: Settings) {
+        if let Phase::Applying(tr) = &self.phase
+            && let Some(i) = self
+                .log
+                .iter()
+                .rposition(|d| d.outcome == Outcome::Trying && d.knob == Some(tr.knob))
+        {
+            self.log.remove(i);
+        }
         self.event(t, format!("{why}: tuning stopped (resume with `pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"{}\"}}'`)", self.map), Outcome::Outside);
         self.current = now;
         self.dropped = None;
@@ -668,6 +689,7 @@ impl Tuner {
                     return None;
                 }
                 let base = stats(&v);
+                self.pool(&base);
                 self.remember(class, base.mean);
                 self.next_trial(t, class, base, w)
             }
@@ -793,6 +815,7 @@ impl Tuner {
     /// again (nothing was learnt of it).
     fn restart(&mut self, t: f64, why: &str, w: &Window) -> Option<Action> {
         self.shape = Some((w.avg_bio_kib, w.read_share));
+        self.noise.clear();
         match std::mem::replace(&mut self.phase, Phase::Baseline(vec![])) {
             Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _)
                 if self.mode == Mode::Tune =>
@@ -834,6 +857,7 @@ impl Tuner {
 
     fn class_changed(&mut self, t: f64, class: Class, w: &Window) -> Option<Action> {
         let old = self.class.replace(class);
+        self.noise.clear();
         // A trial cannot be judged across a workload change.
         let abandoned = match std::mem::replace(&mut self.phase, Phase::Baseline(vec![])) {
             Phase::Applying(tr) | Phase::Settling(tr, _) | Phase::Measuring(tr, _) => Some(tr),
@@ -1150,12 +1174,33 @@ impl Tuner {
 
     /// The gain needed to keep a change measured as `after` against `base`:
     /// beyond both the floor and twice the standard error of the
-    /// difference of the two means.
+    /// difference of the two means, the windows' relative spread pooled
+    /// over the workload's latest measurements (`base` among them).
     fn needed(&self, base: &Stats, after: &Stats) -> f64 {
-        let se = (base.sd.powi(2) / base.n.max(1) as f64
-            + after.sd.powi(2) / after.n.max(1) as f64)
+        let (ss, df) = self
+            .noise
+            .iter()
+            .chain([after])
+            .filter(|g| g.n > 1 && g.mean > 0.0)
+            .fold((0.0, 0usize), |(ss, df), g| {
+                (
+                    ss + (g.n - 1) as f64 * (g.sd / g.mean).powi(2),
+                    df + g.n - 1,
+                )
+            });
+        let rel = if df > 0 { (ss / df as f64).sqrt() } else { 0.0 };
+        let se = ((rel * base.mean).powi(2) / base.n.max(1) as f64
+            + (rel * after.mean).powi(2) / after.n.max(1) as f64)
             .sqrt();
         (self.cfg.min_gain * base.mean).max(2.0 * se)
+    }
+
+    /// Adds a finished measurement to the workload's noise.
+    fn pool(&mut self, g: &Stats) {
+        if self.noise.len() == NOISE_GROUPS {
+            self.noise.pop_front();
+        }
+        self.noise.push_back(g.clone());
     }
 
     /// A gain above the floor that the noise still hides.
@@ -1175,6 +1220,7 @@ impl Tuner {
         let base = &tr.base;
         let gain = after.mean - base.mean;
         let needed = self.needed(base, &after);
+        self.pool(&after);
         let pct = if base.mean > 0.0 {
             gain / base.mean * 100.0
         } else {

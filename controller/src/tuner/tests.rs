@@ -355,6 +355,37 @@ fn weights_follow_capacity() {
 }
 
 #[test]
+fn the_noise_is_the_workloads_not_that_of_two_windows() {
+    let st = |mean: f64, sd: f64| Stats { mean, sd, n: 2 };
+    let mut t = Tuner::new(
+        "mpatha",
+        Mode::Tune,
+        Config::default(),
+        example(4),
+        vec![Selector::ServiceTime],
+    );
+    // A baseline whose two windows happened to differ by 40% of the mean
+    // (one window caught a hiccup), and a trial 25% above it.
+    let (base, after) = (st(100.0, 30.0), st(125.0, 2.5));
+    t.pool(&base);
+    let alone = t.needed(&base, &after);
+    assert!(alone > 40.0, "two measurements: the hiccup rules ({alone})");
+    // The same workload measured steady (2%) six times before.
+    t.noise.clear();
+    for _ in 0..6 {
+        t.pool(&st(100.0, 2.0));
+    }
+    t.pool(&base);
+    let pooled = t.needed(&base, &after);
+    assert!(pooled < 25.0, "the workload's noise rules ({pooled})");
+    // Never below the floor, and only the latest measurements count.
+    for _ in 0..NOISE_GROUPS {
+        t.pool(&st(100.0, 0.0));
+    }
+    assert_eq!(t.needed(&st(100.0, 0.0), &st(101.0, 0.0)), 5.0);
+}
+
+#[test]
 fn merging_under_a_trial_keeps_the_workload_sequential() {
     // In the VM (seed 001's writes), queue_depth 2 makes requests merge and
     // reach the paths out of order: the request-level sequential share
@@ -658,12 +689,8 @@ fn fixed_groups_are_never_regrouped() {
     assert_eq!(r.tuner.settings().active_paths, 4);
 }
 
-#[test]
-fn an_outside_change_stops_tuning_until_resumed() {
-    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
-    let mut r = Run::new(Mode::Tune, example(4));
-    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
-    assert!(!r.applied.is_empty(), "a trial is on");
+/// Someone else sets queue-length on the map; what the kernel shows now.
+fn change_outside(r: &mut Run) -> Settings {
     let mut now = r.tuner.settings().clone();
     now.selector = Selector::QueueLength;
     r.tuner.outside_change(
@@ -671,6 +698,16 @@ fn an_outside_change_stops_tuning_until_resumed() {
         "table changed outside pathpilot: selector",
         now.clone(),
     );
+    now
+}
+
+#[test]
+fn an_outside_change_stops_tuning_until_resumed() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 4, 64.0, 0.0, 1.0, &Health::default());
+    assert!(!r.applied.is_empty(), "a trial is on");
+    let now = change_outside(&mut r);
     assert_eq!(r.tuner.state(), "paused");
     assert_eq!(r.tuner.settings(), &now);
     r.applied.clear();
@@ -685,6 +722,41 @@ fn an_outside_change_stops_tuning_until_resumed() {
     assert_ne!(r.tuner.state(), "paused");
     r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
     assert!(!r.applied.is_empty());
+}
+
+#[test]
+fn a_change_found_before_the_tuners_own_is_not_overwritten_nor_logged_as_tried() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    // Windows until the tuner proposes a change; the daemon looks before
+    // making it and finds the map changed by someone else.
+    let action = (0..20)
+        .find_map(|_| {
+            r.t += 5.0;
+            let w = p.window(r.tuner.settings(), 64.0, 0.0, 1.0);
+            r.tuner.on_window(r.t, &w, &Health::default())
+        })
+        .expect("a trial is proposed");
+    assert!(r.tuner.trying());
+    let now = change_outside(&mut r);
+    let log = r.tuner.drain();
+    assert!(
+        !log.iter().any(|d| d.outcome == Outcome::Trying),
+        "the proposal was never made: {log:#?}"
+    );
+    assert_eq!(log.last().map(|d| d.outcome), Some(Outcome::Outside));
+    assert!(!r.tuner.trying());
+    assert_eq!(r.tuner.settings(), &now, "the other party's change stands");
+    r.steps(&mut p, 10, 64.0, 0.0, 1.0, &Health::default());
+    assert!(r.applied.is_empty(), "nothing is changed while held");
+    // Resumed, the withdrawn candidate is not held as rejected: the tuner
+    // may propose it again at once.
+    r.tuner.set_user_paused(false, r.t);
+    assert!(
+        !r.tuner.tried.keys().any(|(_, k, _)| *k == action.knob),
+        "{:?}",
+        r.tuner.tried
+    );
 }
 
 #[test]

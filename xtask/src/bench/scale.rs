@@ -81,41 +81,15 @@ struct Sample {
     window_ms: Option<f64>,
 }
 
-fn pid_of(tb: &Testbed, d: Daemon) -> Result<u64> {
+fn pid_of(tb: &Testbed, d: Daemon) -> Result<String> {
     let cmd = match d {
         Daemon::Pathpilot { .. } => "cat /tmp/daemon.pid",
         Daemon::Multipathd { .. } => "pidof multipathd",
     };
-    tb.sh(cmd)?
-        .trim()
-        .parse()
-        .with_context(|| format!("no pid for {}", d.label()))
-}
-
-/// (threads, VmRSS KiB, VmHWM KiB, user+system ticks).
-fn proc_figures(tb: &Testbed, pid: u64) -> Result<(u64, u64, u64, u64)> {
-    let out = tb.sh(&format!(
-        "ls /proc/{pid}/task | wc -l; grep -E '^(VmHWM|VmRSS):' /proc/{pid}/status | \
-         tr -s ' ' | cut -d' ' -f2; cut -d')' -f2 /proc/{pid}/stat | cut -d' ' -f13,14"
-    ))?;
-    let v: Vec<u64> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    if v.len() != 5 {
-        bail!("/proc/{pid} figures: {out}");
-    }
-    Ok((v[0], v[2], v[1], v[3] + v[4]))
-}
-
-/// CPU % of one core over `secs`, and the process figures at the end.
-fn cpu_over(tb: &Testbed, pid: u64, secs: u64) -> Result<(f64, (u64, u64, u64, u64))> {
-    let a = proc_figures(tb, pid)?.3;
-    let t = Instant::now();
-    std::thread::sleep(Duration::from_secs(secs));
-    let f = proc_figures(tb, pid)?;
-    // USER_HZ is 100: a tick is 10 ms.
-    Ok(((f.3 - a) as f64 / t.elapsed().as_secs_f64(), f))
+    let pid = tb.sh(cmd)?.trim().to_string();
+    pid.parse::<u32>()
+        .with_context(|| format!("no pid for {}", d.label()))?;
+    Ok(pid)
 }
 
 fn engine_window_secs(tb: &Testbed) -> Result<f64> {
@@ -209,7 +183,7 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
     let e0 = matches!(d, Daemon::Pathpilot { .. })
         .then(|| engine_window_secs(tb))
         .transpose()?;
-    let (cpu_idle, idle) = cpu_over(tb, pid, a.secs)?;
+    let (cpu_idle, idle) = tb.cpu_over(&pid, a.secs)?;
     let window_ms = match (d, e0) {
         (Daemon::Pathpilot { window, .. }, Some(e0)) => {
             let windows = a.secs as f64 / f64::from(window);
@@ -230,16 +204,16 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
         a.secs + 6
     ))?;
     std::thread::sleep(Duration::from_secs(3));
-    let (cpu_load, load) = cpu_over(tb, pid, a.secs)?;
+    let (cpu_load, load) = tb.cpu_over(&pid, a.secs)?;
     tb.wait_job(&job, Duration::from_secs(a.secs + 60))?;
     stop(tb, d)?;
     let s = Sample {
         ready_s: ready.as_secs_f64(),
         cpu_idle,
         cpu_load,
-        threads: idle.0.max(load.0) as f64,
-        rss_mib: idle.1.max(load.1) as f64 / 1024.0,
-        hwm_mib: load.2 as f64 / 1024.0,
+        threads: idle.threads.max(load.threads) as f64,
+        rss_mib: idle.rss_kib.max(load.rss_kib) as f64 / 1024.0,
+        hwm_mib: load.hwm_kib as f64 / 1024.0,
         window_ms,
     };
     eprintln!(

@@ -24,6 +24,7 @@ pub mod alua;
 pub mod base64;
 pub mod cpio;
 pub mod image;
+pub mod procfs;
 pub mod qmp;
 pub mod vm;
 pub mod wire;

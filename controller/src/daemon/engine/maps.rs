@@ -239,8 +239,8 @@ impl Engine {
             health: marginal::Model::new(self.cfg.marginal.clone()),
             set_aside: vec![],
             alua_seen: Default::default(),
-            look: Look::new(Instant::now()),
-            status_look: Look::new(Instant::now()),
+            look: Look::new(Instant::now(), self.uevents.is_some()),
+            status_look: Look::new(Instant::now(), self.uevents.is_some()),
         };
         if managed {
             let tp = entry.tuned_paths();
@@ -431,7 +431,6 @@ impl Engine {
     pub(super) fn refresh_status(&mut self, all: bool) {
         let now = Instant::now();
         let t = self.t();
-        let monitored = self.uevents.is_some();
         for mi in 0..self.maps.len() {
             let name = self.maps[mi].name.clone();
             let Ok(info) = self.dm.info(&name) else {
@@ -441,7 +440,7 @@ impl Engine {
             m.suspended = info.suspended;
             let moved = info.event_nr != m.last_event;
             m.last_event = info.event_nr;
-            if !all && !moved && !m.status_look.due(now, monitored, false) {
+            if !all && !moved && !m.status_look.due(now, false) {
                 continue;
             }
             m.status_look.looked(now);

@@ -45,7 +45,7 @@ use crate::{
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
     observer::{DeviceInterval, Observer, Scope, Snapshot},
-    tuner::{Decision, Health, Knob, Mode, Outcome, Settings, Tuner, Window},
+    tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
 };
 
 mod health;
@@ -827,7 +827,7 @@ impl Engine {
             self.judge_health(mi, t, &pis);
             let now = Instant::now();
             let trying = self.maps[mi].tuner.as_ref().is_some_and(Tuner::trying);
-            let looked = self.maps[mi].look.due(now, self.uevents.is_some(), trying);
+            let looked = self.maps[mi].look.due(now, trying);
             if looked {
                 self.look_outside(mi, t, now);
             }
@@ -857,29 +857,10 @@ impl Engine {
                 .tuner
                 .as_mut()
                 .and_then(|tu| tu.on_window(t, &w, &health));
-            if action.is_some() && !looked {
-                // Never overwrite someone else's change: look first. One
-                // found stops tuning; the change the tuner meant to try was
-                // not made, so it is not logged as tried.
-                let pending = self.maps[mi]
-                    .tuner
-                    .as_mut()
-                    .map(Tuner::drain)
-                    .unwrap_or_default();
-                let outside = self.look_outside(mi, t, now);
-                if outside {
-                    action = None;
-                }
-                for d in pending {
-                    if !(outside && d.outcome == Outcome::Trying) {
-                        Self::log_decision(
-                            &mut self.decisions,
-                            &mut self.decision_counts,
-                            &mut self.next_seq,
-                            d,
-                        );
-                    }
-                }
+            // Never overwrite someone else's change: look first. One found
+            // stops tuning, and the tuner withdraws what it proposed.
+            if action.is_some() && !looked && self.look_outside(mi, t, now) {
+                action = None;
             }
             if let Some(a) = action {
                 let knobs = self.maps[mi]

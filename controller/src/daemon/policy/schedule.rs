@@ -85,6 +85,8 @@ impl ScanSchedule {
 ///   someone else does not move it.
 #[derive(Clone, Debug)]
 pub struct Look {
+    /// Uevents arrive (else every window is a look).
+    monitored: bool,
     owed: bool,
     next: Instant,
 }
@@ -93,9 +95,10 @@ impl Look {
     /// The periodic look, for changes nothing announces.
     pub const EVERY: Duration = Duration::from_secs(5);
 
-    /// A new map is looked at first thing.
-    pub fn new(now: Instant) -> Self {
+    /// A new map is looked at first thing. `monitored`: uevents arrive.
+    pub fn new(now: Instant, monitored: bool) -> Self {
         Look {
+            monitored,
             owed: true,
             next: now,
         }
@@ -109,9 +112,9 @@ impl Look {
 
     /// Whether to look at `now`: on a change, when the periodic look is
     /// due, while `trying` (a trial is measured), and always when no
-    /// uevents can be had (`monitored` false).
-    pub fn due(&self, now: Instant, monitored: bool, trying: bool) -> bool {
-        !monitored || trying || self.owed || now >= self.next
+    /// uevents can be had.
+    pub fn due(&self, now: Instant, trying: bool) -> bool {
+        !self.monitored || trying || self.owed || now >= self.next
     }
 
     /// A look was taken at `now`.
@@ -198,13 +201,13 @@ mod tests {
     #[test]
     fn knobs_are_looked_at_on_a_change_while_trying_and_every_five_seconds() {
         let t0 = Instant::now();
-        let mut l = Look::new(t0);
-        assert!(l.due(t0, true, false), "a new map first thing");
+        let mut l = Look::new(t0, true);
+        assert!(l.due(t0, false), "a new map first thing");
         l.looked(t0);
         let quiet: Vec<u64> = (1..=11)
             .filter(|i| {
                 let now = t0 + S * *i as u32;
-                let due = l.due(now, true, false);
+                let due = l.due(now, false);
                 if due {
                     l.looked(now);
                 }
@@ -213,12 +216,15 @@ mod tests {
             .collect();
         assert_eq!(quiet, vec![5, 10]);
         let now = t0 + S * 11;
-        assert!(!l.due(now, true, false));
-        assert!(l.due(now, true, true), "a trial is measured");
-        assert!(l.due(now, false, false), "no uevents: every window");
+        assert!(!l.due(now, false));
+        assert!(l.due(now, true), "a trial is measured");
+        assert!(
+            Look::new(t0, false).due(now, false),
+            "no uevents: every window"
+        );
         l.changed();
-        assert!(l.due(now, true, false), "the table was swapped");
+        assert!(l.due(now, false), "the table was swapped");
         l.looked(now);
-        assert!(!l.due(now, true, false));
+        assert!(!l.due(now, false));
     }
 }
