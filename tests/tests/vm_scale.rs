@@ -27,8 +27,10 @@ const DAEMON: &str = "$(cat /tmp/daemon.pid)";
 /// CPU ticks per thread name of the daemon, summed (the checker threads
 /// are one line).
 fn thread_ticks(tb: &Testbed) -> Result<std::collections::BTreeMap<String, u64>> {
-    let out = tb.sh("for t in /proc/$(cat /tmp/daemon.pid)/task/*; do \
-         echo \"$(cat $t/comm | sed 's/^check-.*/check-*/') $(cut -d' ' -f14,15 $t/stat)\"; done")?;
+    let out = tb.sh(&format!(
+        "for t in /proc/{DAEMON}/task/*; do \
+         echo \"$(cat $t/comm | sed 's/^check-.*/check-*/') $(cut -d' ' -f14,15 $t/stat)\"; done"
+    ))?;
     let mut by = std::collections::BTreeMap::new();
     for l in out.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
@@ -183,7 +185,7 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         "threads grew under load: {} -> {}\n{}",
         idle.threads,
         load.threads,
-        tb.sh("cat /proc/$(cat /tmp/daemon.pid)/task/*/comm | sort | uniq -c")?
+        tb.sh(&format!("cat /proc/{DAEMON}/task/*/comm | sort | uniq -c"))?
     );
 
     // The operator's views: every map in `list`; `top` scrolls and filters.
