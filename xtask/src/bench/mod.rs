@@ -53,3 +53,93 @@ pub fn median(v: &mut [f64]) -> f64 {
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
+
+/// What a tool costs over paired rounds, in percent of the bare figure:
+/// the mean of the pairs' losses and the half-width of its 95% confidence
+/// interval (Student's t), so that a verdict is given only when the
+/// interval is on one side of the target.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Loss {
+    pub mean: f64,
+    pub half_width: f64,
+    pub pairs: usize,
+}
+
+impl Loss {
+    /// `bare[i]` beside `with[i]`, in any unit where more is better.
+    pub fn of(bare: &[f64], with: &[f64]) -> Loss {
+        let v: Vec<f64> = bare
+            .iter()
+            .zip(with)
+            .map(|(b, w)| (1.0 - w / b) * 100.0)
+            .collect();
+        let n = v.len();
+        let mean = v.iter().sum::<f64>() / n.max(1) as f64;
+        let half_width = if n < 2 {
+            f64::INFINITY
+        } else {
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            t95(n - 1) * (var / n as f64).sqrt()
+        };
+        Loss {
+            mean,
+            half_width,
+            pairs: n,
+        }
+    }
+
+    /// Whether the tool measurably costs anything: the interval above 0.
+    pub fn measurable(&self) -> bool {
+        self.mean - self.half_width > 0.0
+    }
+
+    /// Met (`Some(true)`) when the whole interval is within `target`,
+    /// missed when it is all beyond it, `None` (inconclusive: measure
+    /// more) when it straddles it.
+    pub fn within(&self, target: f64) -> Option<bool> {
+        if self.mean + self.half_width <= target {
+            Some(true)
+        } else if self.mean - self.half_width > target {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+/// Student's t for a two-sided 95% interval, rounded up (safe side).
+fn t95(df: usize) -> f64 {
+    const T: [f64; 10] = [12.71, 4.31, 3.19, 2.78, 2.58, 2.45, 2.37, 2.31, 2.27, 2.23];
+    match df {
+        0 => f64::INFINITY,
+        1..=10 => T[df - 1],
+        11..=20 => 2.2,
+        21..=30 => 2.09,
+        _ => 2.04,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loss_is_judged_only_when_its_interval_is_on_one_side() {
+        let l = Loss::of(&[100.0, 100.0, 100.0], &[90.0, 91.0, 89.0]);
+        assert!((l.mean - 10.0).abs() < 1e-9 && l.pairs == 3);
+        // sd 1, t(2) 4.31: 10 +- 2.5.
+        assert!((l.half_width - 4.31 / 3f64.sqrt()).abs() < 1e-9);
+        assert!(l.measurable());
+        assert_eq!(l.within(2.0), Some(false));
+        assert_eq!(l.within(15.0), Some(true));
+        assert_eq!(l.within(11.0), None, "11 is inside 10 +- 2.5");
+        let l = Loss::of(&[100.0, 100.0, 100.0], &[99.0, 104.0, 98.0]);
+        assert!(!l.measurable(), "a spread of 6 points around a loss of 1");
+        assert_eq!(l.within(2.0), None);
+        let l = Loss::of(&[100.0, 100.0, 100.0], &[101.0, 102.0, 101.0]);
+        assert!(l.mean < 0.0 && !l.measurable(), "faster with the tool");
+        assert_eq!(l.within(2.0), Some(true), "no cost is within any target");
+        let l = Loss::of(&[100.0], &[50.0]);
+        assert_eq!(l.within(2.0), None, "one pair says nothing");
+    }
+}

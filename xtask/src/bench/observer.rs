@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 use xtask::util::{output, run as run_cmd, workspace_root};
 
-use super::{median, save};
+use super::{Loss, median, save};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,8 +32,12 @@ pub struct Args {
     collector_secs: u64,
     /// Also measure the pathpilot of this git revision (built into
     /// target/bench-baseline), e.g. the commit before an observer change.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "baseline_bin")]
     baseline_rev: Option<String>,
+    /// Also measure this pathpilot binary as the baseline (one already
+    /// built, e.g. copied aside before a change).
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
 }
 
 /// biolatency as bpftrace's tools had it before block_io_* tracepoints:
@@ -272,21 +276,6 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
     Ok(root.join("target/bench-baseline/target/release/pathpilot"))
 }
 
-/// The IOPS lost under a tool, over the rounds: median and spread (max -
-/// min, points). A median within its own spread, or below zero, says
-/// nothing: inconclusive.
-fn loss(bare: &[f64], with: &[f64]) -> (f64, f64, bool) {
-    let mut v: Vec<f64> = bare
-        .iter()
-        .zip(with)
-        .map(|(b, w)| (1.0 - w / b) * 100.0)
-        .collect();
-    let spread =
-        v.iter().cloned().fold(f64::MIN, f64::max) - v.iter().cloned().fold(f64::MAX, f64::min);
-    let m = median(&mut v);
-    (m, spread, m > 0.0 && spread <= m)
-}
-
 pub fn run(args: Args) -> Result<()> {
     run_cmd(
         Command::new(env!("CARGO"))
@@ -297,6 +286,12 @@ pub fn run(args: Args) -> Result<()> {
     let mut tools = vec![Tool::Bare, Tool::Pathpilot(bin.clone()), Tool::Biolatency];
     if let Some(rev) = &args.baseline_rev {
         tools.push(Tool::Baseline(build_baseline(rev)?));
+    }
+    if let Some(bin) = &args.baseline_bin {
+        if !bin.is_file() {
+            bail!("--baseline-bin {}: no such file", bin.display());
+        }
+        tools.push(Tool::Baseline(bin.clone()));
     }
     run_cmd(Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=1"]))?;
     // The backing file lives in the page cache, so the loop device answers
@@ -345,7 +340,7 @@ pub fn run(args: Args) -> Result<()> {
     println!();
     println!(
         "{:<22} {:>10} {:>12} {:>12} {:>9}",
-        "configuration", "IOPS", "eBPF ns/I/O", "IOPS lost", "spread"
+        "configuration", "IOPS", "eBPF ns/I/O", "IOPS lost", "+-95%"
     );
     let mut table = vec![];
     let mut ns = BTreeMap::new();
@@ -353,11 +348,9 @@ pub fn run(args: Args) -> Result<()> {
         let name = t.name();
         let mut iops = col(name, &|r| r.iops);
         let mut n = col(name, &|r| r.ns_per_io);
-        let (lost, spread, conclusive) = if *t == Tool::Bare {
-            (0.0, 0.0, true)
-        } else {
-            loss(&bare, &iops)
-        };
+        let l = (*t != Tool::Bare).then(|| Loss::of(&bare, &iops));
+        let (lost, spread, conclusive) =
+            l.map_or((0.0, 0.0, true), |l| (l.mean, l.half_width, l.measurable()));
         let ns_m = median(&mut n);
         ns.insert(name, ns_m);
         let lost_s = if *t == Tool::Bare {
@@ -377,7 +370,7 @@ pub fn run(args: Args) -> Result<()> {
         );
         table.push(json!({
             "configuration": name, "iops": iops, "ns_per_io": n, "ns_per_io_median": ns_m,
-            "iops_lost_pct": lost, "iops_lost_spread": spread, "iops_lost_conclusive": conclusive,
+            "iops_lost_pct": lost, "iops_lost_ci95_half_width": spread, "iops_lost_measurable": conclusive,
         }));
     }
     // Per program, from the last round (they barely move between rounds).
@@ -464,19 +457,4 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     println!("wrote {}", path.display());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_loss_within_its_spread_is_inconclusive() {
-        let (m, s, ok) = loss(&[100.0, 100.0, 100.0], &[90.0, 91.0, 89.0]);
-        assert!((m - 10.0).abs() < 1e-9 && (s - 2.0).abs() < 1e-9 && ok);
-        let (_, _, ok) = loss(&[100.0, 100.0, 100.0], &[99.0, 104.0, 98.0]);
-        assert!(!ok, "spread 6 points around a loss of 1");
-        let (m, _, ok) = loss(&[100.0, 100.0, 100.0], &[101.0, 102.0, 101.0]);
-        assert!(m < 0.0 && !ok, "faster with the observer is noise");
-    }
 }

@@ -188,10 +188,13 @@ pub fn run(o: &Opts) -> Result<Report> {
                 tb.sh(r#"pathpilot ctl '{"cmd":"resume","map":"mpatha"}'"#)?;
                 let since = Instant::now();
                 let job = rig.start_load(fio)?;
-                let (settle, _, n) = rig.wait_settled(since, seen)?;
+                let settled = rig.wait_settled(since, seen)?;
                 rig.stop_load(&job)?;
-                seen = n;
-                eprintln!("bench: marginal / pathpilot: tuner settled in {settle:.0} s");
+                seen = settled.seen;
+                eprintln!(
+                    "bench: marginal / pathpilot: tuner settled in {:.0} s",
+                    settled.settle_s
+                );
             }
             let before = rig.measure_secs(&rig.dm, fio, before_s)?;
             // Every row runs the same poll (so pays the same for it): a

@@ -204,6 +204,33 @@ impl Row {
     }
 }
 
+/// A target's outcome.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Verdict {
+    Met,
+    Missed,
+    Inconclusive,
+}
+
+impl Verdict {
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "MISSED",
+            Verdict::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+
+    /// For the JSON: null when the measurement said nothing.
+    fn met(self) -> Option<bool> {
+        match self {
+            Verdict::Met => Some(true),
+            Verdict::Missed => Some(false),
+            Verdict::Inconclusive => None,
+        }
+    }
+}
+
 /// What a scenario produced.
 pub struct Report {
     pub name: &'static str,
@@ -212,8 +239,8 @@ pub struct Report {
     /// The sum of caps per case where cases differ (stream's 2 and 4 paths).
     pub case_caps: BTreeMap<String, f64>,
     pub rows: Vec<Row>,
-    /// Target lines for the table's foot: (what, met).
-    pub verdicts: Vec<(String, bool)>,
+    /// Target lines for the table's foot.
+    pub verdicts: Vec<(String, Verdict)>,
     pub notes: Vec<String>,
     pub extra: serde_json::Map<String, Value>,
     /// The chart's unit (MiB/s unless said).
@@ -242,7 +269,14 @@ impl Report {
     }
 
     pub fn verdict(&mut self, what: String, met: bool) {
-        self.verdicts.push((what, met));
+        let v = if met { Verdict::Met } else { Verdict::Missed };
+        self.verdicts.push((what, v));
+    }
+
+    /// A target whose measurement says nothing either way (a loss within
+    /// its own spread, or a gain from adding work).
+    pub fn inconclusive(&mut self, what: String) {
+        self.verdicts.push((what, Verdict::Inconclusive));
     }
 
     fn finish(&self, o: &Opts, secs: f64) -> Result<()> {
@@ -257,8 +291,8 @@ impl Report {
             if o.quick { ", --quick" } else { "" }
         );
         print!("{}", self.table());
-        for (what, met) in &self.verdicts {
-            println!("target {}: {what}", if *met { "met" } else { "MISSED" });
+        for (what, v) in &self.verdicts {
+            println!("target {}: {what}", v.label());
         }
         for n in &self.notes {
             println!("note: {n}");
@@ -272,7 +306,7 @@ impl Report {
             "fio_secs": o.secs,
             "elapsed_s": (secs * 10.0).round() / 10.0,
             "rows": self.rows.iter().map(|r| r.json()).collect::<Vec<_>>(),
-            "targets": self.verdicts.iter().map(|(w, m)| json!({"target": w, "met": m})).collect::<Vec<_>>(),
+            "targets": self.verdicts.iter().map(|(w, v)| json!({"target": w, "met": v.met(), "verdict": v.label().to_lowercase()})).collect::<Vec<_>>(),
             "notes": self.notes,
         });
         if !self.case_caps.is_empty() {
@@ -284,11 +318,8 @@ impl Report {
         let path = save(self.name, &v)?;
         // The table as printed, for the README.
         let mut txt = self.table();
-        for (what, met) in &self.verdicts {
-            txt.push_str(&format!(
-                "target {}: {what}\n",
-                if *met { "met" } else { "MISSED" }
-            ));
+        for (what, v) in &self.verdicts {
+            txt.push_str(&format!("target {}: {what}\n", v.label()));
         }
         std::fs::write(path.with_extension("txt"), txt)?;
         let png = path.with_extension("png");
@@ -359,8 +390,12 @@ impl Report {
                 .get("settle_s")
                 .and_then(|v| v.as_f64())
                 .map(|x| {
+                    let kept = match r.extra.get("kept_s").and_then(|v| v.as_f64()) {
+                        Some(k) => format!("last kept {k:.0} s"),
+                        None => "nothing kept".into(),
+                    };
                     format!(
-                        " settle {x:.0} s{}",
+                        " settle {x:.0} s, {kept}{}",
                         if r.extra.get("settled") == Some(&json!(false)) {
                             " (not settled)"
                         } else {
@@ -908,9 +943,9 @@ flap_hold_secs = 6
     }
 
     /// Waits (the load running) until the tuner says it has converged, or
-    /// has been quiet for a while: not trying anything and no new decision. Returns (settle_s from
-    /// `since`, settled).
-    pub fn wait_settled(&self, since: Instant, seen: usize) -> Result<(f64, bool, usize)> {
+    /// has been quiet for a while: not trying anything and no new decision.
+    /// `seen`: decisions already in the log before `since`.
+    pub fn wait_settled(&self, since: Instant, seen: usize) -> Result<Settled> {
         let w = self.window_s();
         // A revert is followed by a recovery window and a baseline before
         // the next trial: quiet for longer than that means nothing is left.
@@ -918,25 +953,37 @@ flap_hold_secs = 6
         let mut n = seen;
         let mut last_change = since;
         let mut last_decision: Option<Instant> = None;
+        let mut last_kept: Option<Instant> = None;
         loop {
             std::thread::sleep(Duration::from_secs_f64(w));
             let s = self.status()?;
-            let d = s["decisions"].as_array().map_or(0, |a| a.len());
+            let log = s["decisions"].as_array().cloned().unwrap_or_default();
             let state = s["maps"][0]["tuner"].as_str().unwrap_or("").to_string();
-            if d != n {
-                n = d;
-                last_change = Instant::now();
-                last_decision = Some(last_change);
+            if log.len() != n {
+                let now = Instant::now();
+                if log.iter().skip(n).any(|d| d["outcome"] == "kept") {
+                    last_kept = Some(now);
+                }
+                n = log.len();
+                last_change = now;
+                last_decision = Some(now);
             }
-            let settle = last_decision.map_or(0.0, |t| (t - since).as_secs_f64());
+            let from_since = |t: Option<Instant>| t.map(|t| (t - since).as_secs_f64());
             // "converged": every candidate for this workload tried (after
             // a few windows, so it is this workload's verdict, not the last).
             let converged = state == "converged" && since.elapsed().as_secs_f64() >= 3.0 * w;
-            if converged || (state != "trying" && last_change.elapsed() >= quiet) {
-                return Ok((settle, true, n));
-            }
-            if since.elapsed() >= self.o.max_settle {
-                return Ok((since.elapsed().as_secs_f64(), false, n));
+            let settled = converged || (state != "trying" && last_change.elapsed() >= quiet);
+            if settled || since.elapsed() >= self.o.max_settle {
+                return Ok(Settled {
+                    settle_s: if settled {
+                        from_since(last_decision).unwrap_or(0.0)
+                    } else {
+                        since.elapsed().as_secs_f64()
+                    },
+                    kept_s: from_since(last_kept),
+                    settled,
+                    seen: n,
+                });
             }
         }
     }
@@ -1005,19 +1052,54 @@ pub struct Workload {
     pub fio: String,
 }
 
-/// The standard comparison of one boot: static configurations and a grid
-/// in rounds, the daemon after the first round, the oracle as the best
-/// static point. Returns the rows, in case order.
-pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<Vec<Row>> {
+/// A daemon configuration of a comparison: its row and the setting the
+/// map starts from (`None`: the map's defaults).
+pub struct Tuned {
+    pub name: &'static str,
+    pub start: Option<Static>,
+}
+
+impl Tuned {
+    /// The daemon from the map's defaults.
+    pub fn defaults() -> Vec<Tuned> {
+        vec![Tuned {
+            name: "pathpilot",
+            start: None,
+        }]
+    }
+}
+
+/// The standard comparison of one boot: static configurations, a grid and
+/// the daemon in every round, in an order reversed each round (the daemon
+/// last, then first); each daemon run tunes from its start until settled
+/// and is measured once, as each static is once per round after its
+/// reload; medians over the rounds; the oracle is the best static median.
+/// Returns the rows, in case order.
+pub fn compare(
+    rig: &Rig,
+    workloads: &[Workload],
+    statics: &[Static],
+    tuned: &[Tuned],
+) -> Result<Vec<Row>> {
     let o = rig.o;
     // Warm-up: queues, NBD connections, page cache of the LUN's host file.
     rig.reset()?;
     rig.measure_secs(&rig.dm, &workloads[0].fio, 2)?;
     let mut samples: BTreeMap<(usize, usize), Vec<Point>> = BTreeMap::new();
-    let mut ours: Vec<Ours> = vec![];
+    let mut runs: Vec<Vec<Vec<Ours>>> = tuned.iter().map(|_| vec![]).collect();
+    let run_tuned = |runs: &mut Vec<Vec<Vec<Ours>>>| -> Result<()> {
+        for (ti, t) in tuned.iter().enumerate() {
+            eprintln!("bench: {} (round {})", t.name, runs[ti].len() + 1);
+            runs[ti].push(tune_and_measure_from(rig, workloads, t.start.as_ref(), 1)?);
+        }
+        Ok(())
+    };
     for round in 0..o.reps {
-        // Alternate the order of the statics between rounds.
-        let order: Vec<usize> = if round % 2 == 0 {
+        let forward = round % 2 == 0;
+        if !forward {
+            run_tuned(&mut runs)?;
+        }
+        let order: Vec<usize> = if forward {
             (0..statics.len()).collect()
         } else {
             (0..statics.len()).rev().collect()
@@ -1039,8 +1121,8 @@ pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<
                 samples.entry((si, wi)).or_default().push(p);
             }
         }
-        if round == 0 {
-            ours = tune_and_measure(rig, workloads)?;
+        if forward {
+            run_tuned(&mut runs)?;
         }
     }
     let mut rows = vec![];
@@ -1068,36 +1150,126 @@ pub fn compare(rig: &Rig, workloads: &[Workload], statics: &[Static]) -> Result<
                     .with("label", json!("oracle")),
             );
         }
-        rows.push(ours_row(&w.case, "pathpilot", &ours[wi]));
+        for (ti, t) in tuned.iter().enumerate() {
+            let rounds: Vec<Ours> = runs[ti].iter().map(|r| r[wi].clone()).collect();
+            rows.push(ours_row(&w.case, t.name, &across_rounds(&rounds)));
+        }
         rows.extend(grid_rows);
     }
     Ok(rows)
 }
 
-type Ours = (Vec<Point>, f64, bool, String, Vec<String>);
-
-/// The row of a daemon run: median, settle time, settings, decisions.
-pub fn ours_row(case: &str, config: &str, o: &Ours) -> Row {
-    let (pts, settle, settled, settings, log) = o;
-    Row::new(case, config, Point::median_of(pts))
-        .with("settle_s", json!((settle * 10.0).round() / 10.0))
-        .with("settled", json!(settled))
-        .with("setting", json!(settings))
-        .with("decisions", json!(log))
+/// A daemon configuration's runs of one workload as one: every point,
+/// the median settle times (settled only if every run was), the settings
+/// each run ended on, and the decisions of each run.
+fn across_rounds(rounds: &[Ours]) -> Ours {
+    let pts = rounds.iter().flat_map(|r| r.pts.clone()).collect();
+    let mut settles: Vec<f64> = rounds.iter().map(|r| r.settled.settle_s).collect();
+    // A run that kept nothing kept it at 0 s.
+    let mut kept: Vec<f64> = rounds
+        .iter()
+        .map(|r| r.settled.kept_s.unwrap_or(0.0))
+        .collect();
+    let mut settings: Vec<String> = vec![];
+    for r in rounds {
+        if !settings.contains(&r.settings) {
+            settings.push(r.settings.clone());
+        }
+    }
+    let log = if rounds.len() == 1 {
+        rounds[0].log.clone()
+    } else {
+        rounds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.log.iter().map(move |l| format!("[round {}] {l}", i + 1)))
+            .collect()
+    };
+    Ours {
+        pts,
+        settled: Settled {
+            settle_s: median(&mut settles),
+            kept_s: rounds
+                .iter()
+                .any(|r| r.settled.kept_s.is_some())
+                .then(|| median(&mut kept)),
+            settled: rounds.iter().all(|r| r.settled.settled),
+            seen: 0,
+        },
+        settings: settings.join(" | "),
+        log,
+    }
 }
 
-/// The daemon from the map's defaults: for each workload, run it until the
-/// tuner settles, then measure it `reps` times with the daemon running.
-pub fn tune_and_measure(rig: &Rig, workloads: &[Workload]) -> Result<Vec<Ours>> {
-    tune_and_measure_from(rig, workloads, None)
+/// How a daemon run came to rest (see [`Rig::wait_settled`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Settled {
+    /// Seconds to its last decision (kept or reverted), or the whole wait
+    /// when it did not settle.
+    pub settle_s: f64,
+    /// Seconds to its last kept change; `None`: nothing kept.
+    pub kept_s: Option<f64>,
+    pub settled: bool,
+    /// Decisions in the log so far.
+    pub seen: usize,
 }
 
-/// As [`tune_and_measure`], the map set to `start` first (the worst
-/// static setting, say) instead of its defaults.
-pub fn tune_and_measure_from(
+/// A daemon run of one workload: its points, how it settled, the settings
+/// it ended on and its decisions.
+#[derive(Clone, Debug)]
+struct Ours {
+    pts: Vec<Point>,
+    settled: Settled,
+    settings: String,
+    log: Vec<String>,
+}
+
+/// The row of a daemon run: median, settle times, settings, decisions.
+fn ours_row(case: &str, config: &str, o: &Ours) -> Row {
+    let r1 = |x: f64| json!((x * 10.0).round() / 10.0);
+    Row::new(case, config, Point::median_of(&o.pts))
+        .with("settle_s", r1(o.settled.settle_s))
+        .with("kept_s", o.settled.kept_s.map_or(Value::Null, r1))
+        .with("settled", json!(o.settled.settled))
+        .with("setting", json!(o.settings))
+        .with("decisions", json!(o.log))
+}
+
+/// The target of issue 15 for every daemon row of a scenario: its last
+/// kept change within 15 s of the workload's start.
+pub fn settle_verdicts(r: &mut Report) {
+    let lines: Vec<(String, bool)> = r
+        .rows
+        .iter()
+        .filter(|x| x.config.starts_with("pathpilot"))
+        .map(|x| {
+            let kept = x.extra.get("kept_s").and_then(|v| v.as_f64());
+            let what = match kept {
+                Some(k) => format!("{k:.0} s"),
+                None => "nothing kept".into(),
+            };
+            (
+                format!(
+                    "{} / {}: last kept change within 15 s: {what}",
+                    x.case, x.config
+                ),
+                kept.is_none_or(|k| k <= 15.0),
+            )
+        })
+        .collect();
+    for (what, met) in lines {
+        r.verdict(what, met);
+    }
+}
+
+/// The daemon from `start` (the map's defaults when `None`): for each
+/// workload, run it until the tuner settles, then measure it `measures`
+/// times with the daemon running.
+fn tune_and_measure_from(
     rig: &Rig,
     workloads: &[Workload],
     start: Option<&Static>,
+    measures: usize,
 ) -> Result<Vec<Ours>> {
     match start {
         Some(s) => rig.apply(s).map(drop)?,
@@ -1109,24 +1281,37 @@ pub fn tune_and_measure_from(
     for w in workloads {
         let since = Instant::now();
         let job = rig.start_load(&w.fio)?;
-        let (settle, settled, n) = rig.wait_settled(since, seen)?;
+        let settled = rig.wait_settled(since, seen)?;
         rig.stop_load(&job)?;
         let log = rig.decisions(seen)?;
-        seen = n;
+        seen = settled.seen;
         let settings = show_settings(&rig.settings()?);
         eprintln!(
-            "bench: {} / pathpilot: {} in {settle:.0} s ({settings})\n  {}",
+            "bench: {} / pathpilot: {} in {:.0} s, last kept change at {} ({settings})\n  {}",
             w.case,
-            if settled { "settled" } else { "NOT settled" },
+            if settled.settled {
+                "settled"
+            } else {
+                "NOT settled"
+            },
+            settled.settle_s,
+            settled
+                .kept_s
+                .map_or("-".to_string(), |k| format!("{k:.0} s")),
             log.join("\n  ")
         );
         let mut pts = vec![];
-        for _ in 0..rig.o.reps {
+        for _ in 0..measures {
             let p = rig.measure(&rig.dm, &w.fio)?;
             eprintln!("bench: {} / pathpilot: {:.1} MiB/s", w.case, p.mib_s);
             pts.push(p);
         }
-        out.push((pts, settle, settled, settings, log));
+        out.push(Ours {
+            pts,
+            settled,
+            settings,
+            log,
+        });
     }
     rig.stop_daemon()?;
     Ok(out)
