@@ -349,13 +349,13 @@ pub fn run(args: Args) -> Result<()> {
         let mut iops = col(name, &|r| r.iops);
         let mut n = col(name, &|r| r.ns_per_io);
         let l = (*t != Tool::Bare).then(|| Loss::of(&bare, &iops));
-        let (lost, spread, conclusive) =
+        let (lost, half_width, measurable) =
             l.map_or((0.0, 0.0, true), |l| (l.mean, l.half_width, l.measurable()));
         let ns_m = median(&mut n);
         ns.insert(name, ns_m);
         let lost_s = if *t == Tool::Bare {
             "-".to_string()
-        } else if conclusive {
+        } else if measurable {
             format!("{lost:.1}%")
         } else {
             format!("{lost:.1}% (inconclusive)")
@@ -366,11 +366,11 @@ pub fn run(args: Args) -> Result<()> {
             median(&mut iops),
             ns_m,
             lost_s,
-            spread
+            half_width
         );
         table.push(json!({
             "configuration": name, "iops": iops, "ns_per_io": n, "ns_per_io_median": ns_m,
-            "iops_lost_pct": lost, "iops_lost_ci95_half_width": spread, "iops_lost_measurable": conclusive,
+            "iops_lost_pct": lost, "iops_lost_ci95_half_width": half_width, "iops_lost_measurable": measurable,
         }));
     }
     // Per program, from the last round (they barely move between rounds).

@@ -188,9 +188,9 @@ pub fn run(o: &Opts) -> Result<Report> {
                 tb.sh(r#"pathpilot ctl '{"cmd":"resume","map":"mpatha"}'"#)?;
                 let since = Instant::now();
                 let job = rig.start_load(fio)?;
-                let settled = rig.wait_settled(since, seen)?;
+                let (settled, n) = rig.wait_settled(since, seen)?;
                 rig.stop_load(&job)?;
-                seen = settled.seen;
+                seen = n;
                 eprintln!(
                     "bench: marginal / pathpilot: tuner settled in {:.0} s",
                     settled.settle_s

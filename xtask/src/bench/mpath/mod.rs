@@ -944,8 +944,9 @@ flap_hold_secs = 6
 
     /// Waits (the load running) until the tuner says it has converged, or
     /// has been quiet for a while: not trying anything and no new decision.
-    /// `seen`: decisions already in the log before `since`.
-    pub fn wait_settled(&self, since: Instant, seen: usize) -> Result<Settled> {
+    /// `seen`: decisions already in the log before `since`; returns how it
+    /// settled and the decisions in the log by then.
+    pub fn wait_settled(&self, since: Instant, seen: usize) -> Result<(Settled, usize)> {
         let w = self.window_s();
         // A revert is followed by a recovery window and a baseline before
         // the next trial: quiet for longer than that means nothing is left.
@@ -957,7 +958,7 @@ flap_hold_secs = 6
         loop {
             std::thread::sleep(Duration::from_secs_f64(w));
             let s = self.status()?;
-            let log = s["decisions"].as_array().cloned().unwrap_or_default();
+            let log = s["decisions"].as_array().map_or(&[][..], Vec::as_slice);
             let state = s["maps"][0]["tuner"].as_str().unwrap_or("").to_string();
             if log.len() != n {
                 let now = Instant::now();
@@ -974,7 +975,7 @@ flap_hold_secs = 6
             let converged = state == "converged" && since.elapsed().as_secs_f64() >= 3.0 * w;
             let settled = converged || (state != "trying" && last_change.elapsed() >= quiet);
             if settled || since.elapsed() >= self.o.max_settle {
-                return Ok(Settled {
+                let how = Settled {
                     settle_s: if settled {
                         from_since(last_decision).unwrap_or(0.0)
                     } else {
@@ -982,8 +983,8 @@ flap_hold_secs = 6
                     },
                     kept_s: from_since(last_kept),
                     settled,
-                    seen: n,
-                });
+                };
+                return Ok((how, n));
             }
         }
     }
@@ -1194,7 +1195,6 @@ fn across_rounds(rounds: &[Ours]) -> Ours {
                 .any(|r| r.settled.kept_s.is_some())
                 .then(|| median(&mut kept)),
             settled: rounds.iter().all(|r| r.settled.settled),
-            seen: 0,
         },
         settings: settings.join(" | "),
         log,
@@ -1210,8 +1210,6 @@ pub struct Settled {
     /// Seconds to its last kept change; `None`: nothing kept.
     pub kept_s: Option<f64>,
     pub settled: bool,
-    /// Decisions in the log so far.
-    pub seen: usize,
 }
 
 /// A daemon run of one workload: its points, how it settled, the settings
@@ -1281,10 +1279,10 @@ fn tune_and_measure_from(
     for w in workloads {
         let since = Instant::now();
         let job = rig.start_load(&w.fio)?;
-        let settled = rig.wait_settled(since, seen)?;
+        let (settled, n) = rig.wait_settled(since, seen)?;
         rig.stop_load(&job)?;
         let log = rig.decisions(seen)?;
-        seen = settled.seen;
+        seen = n;
         let settings = show_settings(&rig.settings()?);
         eprintln!(
             "bench: {} / pathpilot: {} in {:.0} s, last kept change at {} ({settings})\n  {}",

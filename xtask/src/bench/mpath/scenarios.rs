@@ -301,12 +301,10 @@ pub fn switch(o: &Opts) -> Result<Report> {
         rig.apply(s)?;
         let (pts, _) = run_phases(&rig, phase_s, cycles)?;
         for (i, p) in pts.iter().enumerate() {
-            if per_phase.get(i).is_none_or(|(b, _)| p.mib_s > b.mib_s) {
-                let e = (p.clone(), s.name.clone());
-                match per_phase.get_mut(i) {
-                    Some(slot) => *slot = e,
-                    None => per_phase.push(e),
-                }
+            match per_phase.get_mut(i) {
+                Some((b, _)) if p.mib_s <= b.mib_s => {}
+                Some(best) => *best = (p.clone(), s.name.clone()),
+                None => per_phase.push((p.clone(), s.name.clone())),
             }
         }
         let row = Row::new(
