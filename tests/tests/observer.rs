@@ -253,7 +253,7 @@ fn flushes_under_concurrent_load_are_counted_and_in_flight_returns_to_0() {
 }
 
 #[test]
-fn busy_time_is_read_again_after_io_and_kept_while_the_device_is_quiet() {
+fn counters_and_busy_time_are_read_again_after_io_and_kept_while_the_device_is_quiet() {
     let lo = LoopDev::new(64);
     let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
     let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
@@ -283,4 +283,26 @@ fn busy_time_is_read_again_after_io_and_kept_while_the_device_is_quiet() {
     );
     let i = DeviceInterval::between(dev.dev, &dev.name, None, &quiet, &busy).unwrap();
     assert_eq!(i.read_ios, 4000, "{i:#?}");
+    assert_eq!(i.inflight_max, 1, "{i:#?}");
+    // Quiet again: its counters are kept from the last read (no lookup),
+    // with nothing in flight in between ...
+    let again = obs.snapshot().unwrap();
+    assert_eq!(
+        again.devices[&dev.dev].stats, busy.devices[&dev.dev].stats,
+        "no I/O, same counters"
+    );
+    assert_eq!(again.devices[&dev.dev].inflight_peak, 0);
+    assert_eq!(ticks(&again), ticks(&busy));
+    // ... and the next I/O is counted exactly, however small.
+    for n in [1, 100] {
+        let before = obs.snapshot().unwrap();
+        sh(&format!(
+            "dd if=/dev/zero of={} bs=64k count={n} oflag=direct status=none",
+            lo.path
+        ));
+        let after = obs.snapshot().unwrap();
+        let i = DeviceInterval::between(dev.dev, &dev.name, None, &before, &after).unwrap();
+        assert_eq!((i.write_ios, i.write_bytes), (n, n * 65536), "{i:#?}");
+        assert_eq!(i.inflight_max, 1, "{i:#?}");
+    }
 }

@@ -8,13 +8,13 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
+    maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{RawTracePoint, TracePoint},
     util::nr_cpus,
 };
 use pathpilot_common::{
-    CgroupCache, CgroupKey, CgroupStats, DevShared, DevStats, MAX_SLOTS, SLOT_EMPTY, SLOT_GONE,
-    SLOT_PROBES, Slot, slot_home,
+    CgroupCache, CgroupKey, CgroupStats, DIR_OTHER, DevShared, DevStats, MAX_SLOTS, SLOT_EMPTY,
+    SLOT_GONE, SLOT_PROBES, Slot, slot_home,
 };
 use thiserror::Error;
 
@@ -25,6 +25,7 @@ pub mod hist;
 pub mod interval;
 mod load;
 pub mod tracefs;
+mod view;
 
 pub use interval::{DeviceInterval, MapInterval, SizeClassLatency};
 
@@ -129,6 +130,8 @@ pub struct Observer {
     generation: Array<MapData, u32>,
     stats: PerCpuArray<MapData, DevStats>,
     shared: Array<MapData, DevShared>,
+    /// SHARED mapped into our memory: read with no syscall.
+    shared_view: view::ArrayView<DevShared>,
     peak: PerCpuArray<MapData, i64>,
     cgcache: PerCpuArray<MapData, CgroupCache>,
     /// An LRU per-CPU hash in the kernel.
@@ -137,15 +140,28 @@ pub struct Observer {
     table: Vec<u32>,
     gen_no: u32,
     snapshots: u64,
-    /// Per watched device (kernel dev_t): its counters and sysfs io_ticks
-    /// at the last snapshot. A device with no I/O since and none in flight
-    /// has the same io_ticks: not read again (at 64 paths, a window's
-    /// sysfs reads were most of an idle snapshot).
-    quiet: StdHashMap<u32, (DevStats, u64)>,
+    /// Per watched device (kernel dev_t): what the last snapshot read of
+    /// it. A device idle then whose shared state has not moved since did
+    /// no I/O in between (every request in flight moves `inflight`, every
+    /// completion `last_complete_ns`): its counters are taken from here,
+    /// with no map or sysfs read (at 64 mostly idle paths, those reads
+    /// were most of a window's work).
+    last: StdHashMap<u32, Last>,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
     prog_ids: Vec<u32>,
+}
+
+/// One device as the last snapshot read it; `shared` was read before the
+/// counters, so anything counted after it moves it.
+#[derive(Clone)]
+struct Last {
+    shared: DevShared,
+    counters: DeviceCounters,
+    /// Cgroup bytes in the CPUs' caches.
+    cgcache: Vec<(u64, CgroupStats)>,
+    io_ticks_ms: Option<u64>,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> ObserveError {
@@ -229,18 +245,22 @@ impl Observer {
             libc::malloc_trim(0);
         }
         let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
+        let shared: Array<MapData, DevShared> = take(&mut ebpf, "SHARED")?;
+        let shared_view = view::ArrayView::map(shared.map(), MAX_SLOTS)
+            .map_err(|e| ObserveError::Map("SHARED", format!("mapping it: {e}")))?;
         let mut o = Self {
             slots: take(&mut ebpf, "SLOTS")?,
             generation: take(&mut ebpf, "GENERATION")?,
             stats: take(&mut ebpf, "STATS")?,
-            shared: take(&mut ebpf, "SHARED")?,
+            shared,
+            shared_view,
             peak: take(&mut ebpf, "PEAK")?,
             cgcache: take(&mut ebpf, "CGCACHE")?,
             cgroups: take(&mut ebpf, "CGROUPS")?,
             table: vec![SLOT_EMPTY; MAX_SLOTS as usize],
             gen_no: 0,
             snapshots: 0,
-            quiet: StdHashMap::new(),
+            last: StdHashMap::new(),
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -317,6 +337,7 @@ impl Observer {
             .set(slot, Slot { dev: k, _pad: 0 }, 0)
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = k;
+        self.last.remove(&k);
         self.bump_generation()
     }
 
@@ -339,6 +360,7 @@ impl Observer {
             .set(slot, Slot { dev: mark, _pad: 0 }, 0)
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = mark;
+        self.last.remove(&k);
         self.bump_generation()?;
         self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
@@ -389,7 +411,7 @@ impl Observer {
             .enumerate()
             .filter(|(_, d)| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
             .filter_map(|(slot, d)| {
-                let sh = self.shared.get(&(slot as u32), 0).ok()?;
+                let sh = self.shared_view.get(slot as u32)?;
                 let s = silence(&sh, now)?;
                 Some((DevNum::from_kernel(*d), std::time::Duration::from_nanos(s)))
             })
@@ -399,7 +421,7 @@ impl Observer {
     /// [`Self::silences`] of one device.
     pub fn silence(&self, dev: DevNum) -> Option<std::time::Duration> {
         let slot = self.slot_of(dev.kernel())?;
-        let sh = self.shared.get(&slot, 0).ok()?;
+        let sh = self.shared_view.get(slot)?;
         silence(&sh, monotonic_ns()).map(std::time::Duration::from_nanos)
     }
 
@@ -418,6 +440,7 @@ impl Observer {
         let mut devices = BTreeMap::new();
         let mut remaps = BTreeMap::new();
         let mut cgroups: BTreeMap<(DevNum, u64), CgroupStats> = BTreeMap::new();
+        let mut io_ticks_ms = BTreeMap::new();
         let watched: Vec<(u32, u32)> = self
             .table
             .iter()
@@ -425,52 +448,113 @@ impl Observer {
             .filter(|(_, d)| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
             .map(|(s, d)| (s as u32, *d))
             .collect();
+        let mut last = StdHashMap::with_capacity(watched.len());
         for (slot, k) in watched {
             let dev = DevNum::from_kernel(k);
-            let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
-            let mut sum = DevStats::ZERO;
-            for v in per_cpu.iter() {
-                add(&mut sum, v);
-            }
-            let mut sh = self.shared.get(&slot, 0).map_err(map_err("SHARED"))?;
-            // A count gone wrong (a completion whose issue came before the
-            // probes, a driver that requeued a request it never started)
-            // is put right when the kernel says the device is idle.
-            if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
-                sh.inflight = 0;
-                let _ = self.shared.set(slot, sh, 0);
-            }
-            let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
-                (
-                    p.iter().copied().max().unwrap_or(0),
-                    p.iter().any(|v| *v != 0),
-                )
-            });
-            if reset {
-                let z = self.zeros(0i64)?;
-                let _ = self.peak.set(slot, z, 0);
-            }
-            devices.insert(
-                dev,
-                DeviceCounters {
-                    stats: sum,
-                    inflight: sh.inflight.max(0) as u64,
-                    inflight_peak: peak.max(sh.inflight).max(0) as u64,
-                    silent_ns: silence(&sh, now_ns),
+            // Read before the counters: whatever they count after this
+            // moves it, and the next snapshot reads them again.
+            let mut sh = self
+                .shared_view
+                .get(slot)
+                .ok_or_else(|| ObserveError::Map("SHARED", format!("slot {slot} not mapped")))?;
+            let l = match self.last.remove(&k) {
+                Some(l) if l.shared == sh && sh.inflight == 0 => Last {
+                    counters: DeviceCounters {
+                        inflight_peak: 0,
+                        silent_ns: None,
+                        ..l.counters
+                    },
+                    ..l
                 },
-            );
+                prev => {
+                    let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
+                    let mut sum = DevStats::ZERO;
+                    for v in per_cpu.iter() {
+                        add(&mut sum, v);
+                    }
+                    // A count gone wrong (a completion whose issue came
+                    // before the probes, a driver that requeued a request
+                    // it never started) is put right when the kernel says
+                    // the device is idle.
+                    if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
+                        sh.inflight = 0;
+                        let _ = self.shared.set(slot, sh, 0);
+                    }
+                    let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
+                        (
+                            p.iter().copied().max().unwrap_or(0),
+                            p.iter().any(|v| *v != 0),
+                        )
+                    });
+                    if reset {
+                        let z = self.zeros(0i64)?;
+                        let _ = self.peak.set(slot, z, 0);
+                    }
+                    // Cgroup bytes still in the CPUs' caches: only bios
+                    // move them.
+                    let cgcache = match &prev {
+                        Some(p) if p.counters.stats.bios == sum.bios => p.cgcache.clone(),
+                        _ => self.cgcache.get(&slot, 0).map_or_else(
+                            |_| vec![],
+                            |caches| {
+                                caches
+                                    .iter()
+                                    .filter(|c| c.cgroup_id != 0 && c.bios != 0)
+                                    .map(|c| {
+                                        (
+                                            c.cgroup_id,
+                                            CgroupStats {
+                                                bios: c.bios,
+                                                bytes: c.bytes,
+                                            },
+                                        )
+                                    })
+                                    .collect()
+                            },
+                        ),
+                    };
+                    // Busy time moves with data I/O in flight, not with a
+                    // checker's passthrough command (most of an idle
+                    // path's traffic; a tick it did add is read with the
+                    // next data I/O).
+                    let io_ticks_ms = match &prev {
+                        Some(p)
+                            if p.io_ticks_ms.is_some()
+                                && sh.inflight == 0
+                                && p.counters.stats.ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
+                        {
+                            p.io_ticks_ms
+                        }
+                        _ => BlockDev::io_ticks_ms(dev),
+                    };
+                    Last {
+                        shared: sh,
+                        counters: DeviceCounters {
+                            stats: sum,
+                            inflight: sh.inflight.max(0) as u64,
+                            inflight_peak: peak.max(sh.inflight).max(0) as u64,
+                            silent_ns: silence(&sh, now_ns),
+                        },
+                        cgcache,
+                        io_ticks_ms,
+                    }
+                }
+            };
             if sh.remapped_from != 0 {
                 remaps.insert(dev, DevNum::from_kernel(sh.remapped_from));
             }
-            // Cgroup bytes still in the CPUs' caches.
-            if let Ok(caches) = self.cgcache.get(&slot, 0) {
-                for c in caches.iter().filter(|c| c.cgroup_id != 0 && c.bios != 0) {
-                    let e = cgroups.entry((dev, c.cgroup_id)).or_default();
-                    e.bios += c.bios;
-                    e.bytes += c.bytes;
-                }
+            for (id, c) in &l.cgcache {
+                let e = cgroups.entry((dev, *id)).or_default();
+                e.bios += c.bios;
+                e.bytes += c.bytes;
             }
+            if let Some(t) = l.io_ticks_ms {
+                io_ticks_ms.insert(dev, t);
+            }
+            devices.insert(dev, l.counters.clone());
+            last.insert(k, l);
         }
+        self.last = last;
         for item in self.cgroups.iter() {
             let (k, per_cpu) = item.map_err(map_err("CGROUPS"))?;
             let e = cgroups
@@ -481,20 +565,6 @@ impl Observer {
                 e.bytes += v.bytes;
             }
         }
-        let mut io_ticks_ms = BTreeMap::new();
-        let mut quiet = StdHashMap::with_capacity(devices.len());
-        for (d, c) in &devices {
-            let k = d.kernel();
-            let ticks = match self.quiet.get(&k) {
-                Some((s, t)) if *s == c.stats && c.inflight == 0 => Some(*t),
-                _ => BlockDev::io_ticks_ms(*d),
-            };
-            if let Some(t) = ticks {
-                io_ticks_ms.insert(*d, t);
-                quiet.insert(k, (c.stats, t));
-            }
-        }
-        self.quiet = quiet;
         Ok(Snapshot {
             taken,
             devices,

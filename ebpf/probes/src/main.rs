@@ -13,7 +13,7 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
     helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
@@ -34,8 +34,10 @@ static SLOTS: Array<Slot> = Array::with_max_entries(MAX_SLOTS, 0);
 static GENERATION: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static STATS: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+/// Mappable: userspace reads it with no syscall, to skip devices whose
+/// state has not moved since its last snapshot.
 #[map]
-static SHARED: Array<DevShared> = Array::with_max_entries(MAX_SLOTS, 0);
+static SHARED: Array<DevShared> = Array::with_max_entries(MAX_SLOTS, BPF_F_MMAPABLE);
 /// Per CPU, the highest device-wide in-flight count this CPU saw at issue;
 /// userspace takes the max over CPUs and zeroes it every interval.
 #[map]

@@ -13,16 +13,19 @@
 //! peers' in the same class (a slower array slows every path alike), and
 //! that ratio by the path's usual one (paths of unequal speed are normal:
 //! the tuner's business). The usual ratio is learnt per routing setting
-//! (selector, weights, active paths) and size class, from the first
+//! (selector, weights, active paths), workload class and size class (how
+//! loaded each path runs depends on all three), from the first
 //! `LEARN_WINDOWS` windows under it and then from healthy windows: an
 //! idle path's latency is not a busy path's time per request, so the
 //! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
 //! (it gets little) and 30x under round-robin (it queues), and a trial of
 //! the tuner is no sickness. A setting not learnt yet is judged against
-//! the most lenient usual ratio learnt under the same selector (the
-//! tuner moves weights and active paths often, and a path that sickens
-//! just then must not be learnt as usual); with none, latency judges
-//! nothing until learnt.
+//! the most lenient usual ratio learnt under the same selector and
+//! workload (the tuner moves weights and active paths often, and a path
+//! that sickens just then must not be learnt as usual); with none (a new
+//! workload: the ratios of another say nothing of this one, as a 40 MiB/s
+//! path runs full under sequential 1 MiB reads where it idled under
+//! random 64 KiB ones), latency judges nothing until learnt.
 //! A path is *bad* in a window when that is at least `latency_ratio`;
 //! *marginal* when bad for `sample_secs` on end.
 //! Errors are a rate over the last `ERROR_SPAN_SECS`, from the first
@@ -85,20 +88,23 @@ const ERROR_SPAN_SECS: f64 = 10.0;
 /// Episodes beyond which the recovery time stops doubling.
 const MAX_DOUBLINGS: u32 = 3;
 
-/// How a map routes I/O to its paths: a path's usual ratio to its peers
-/// is learnt per routing.
+/// How a map routes I/O to its paths, and the I/O it routes: a path's
+/// usual ratio to its peers is learnt per routing.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Routing {
     pub selector: String,
     /// Everything else that shapes the split (weights, active paths).
     pub detail: String,
+    /// The workload class (the tuner's), or "idle".
+    pub workload: String,
 }
 
 impl Routing {
-    pub fn new(selector: &str, detail: String) -> Self {
+    pub fn new(selector: &str, detail: String, workload: String) -> Self {
         Routing {
             selector: selector.to_string(),
             detail,
+            workload,
         }
     }
 }
@@ -503,12 +509,14 @@ fn judge(
     let l = r.ln();
     let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(u.exp());
     // Its usual ratio under this routing, else, while this routing learns,
-    // the most lenient one learnt under the same selector.
+    // the most lenient one learnt under the same selector and workload.
     let usual = match usual.get(&key).and_then(learnt) {
         Some(u) => Some((u, format!("usually {u:.1}x"))),
         None => usual
             .iter()
-            .filter(|((rt, c), _)| rt.selector == routing.selector && *c == class)
+            .filter(|((rt, c), _)| {
+                rt.selector == routing.selector && rt.workload == routing.workload && *c == class
+            })
             .filter_map(|(_, v)| learnt(v))
             .max_by(f64::total_cmp)
             .map(|u| {
@@ -560,10 +568,14 @@ mod tests {
         run_in(m, "st", t0, secs, p, out)
     }
 
-    /// "selector detail" as a routing.
+    /// "selector detail" as a routing, "/workload" after it if not the
+    /// usual one.
     fn routing(setting: &str) -> Routing {
+        let (setting, workload) = setting
+            .split_once('/')
+            .unwrap_or((setting, "read-medium-random"));
         let (sel, detail) = setting.split_once(' ').unwrap_or((setting, ""));
-        Routing::new(sel, detail.to_string())
+        Routing::new(sel, detail.to_string(), workload.to_string())
     }
 
     /// `run` under the routing named `setting` ("selector detail").
@@ -683,6 +695,34 @@ mod tests {
         run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]);
         let shifted = [(12.5, 320), (50.0, 80), (12.5, 320), (12.5, 320)];
         assert!(run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 30, &shifted, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_new_workload_is_learnt_not_judged_by_another_workloads_usual() {
+        // Seen in the demo (4 paths capped 10/20/40/80 MiB/s, service-time):
+        // under random 64 KiB reads the 40 MiB/s path idles beside its
+        // peers; under sequential 1 MiB reads it runs full, 6.5x their
+        // service time, with nothing wrong with it.
+        let mut m = Model::new(Config::default());
+        let random = [(0.5, 100), (0.5, 200), (0.3, 400), (0.5, 800)];
+        assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &random, &[]).is_empty());
+        let full = [(0.4, 100), (0.4, 200), (2.6, 400), (0.4, 800)];
+        let seq = "st [1, 1, 1, 1] 4/read-large-sequential";
+        assert!(run_in(&mut m, seq, 30.0, 30, &full, &[]).is_empty());
+        // Under the new workload's own usual, a path that sickens is seen,
+        // even as the tuner moves the weights.
+        let sick = [(0.4, 100), (0.4, 200), (2.6, 400), (20.0, 40)];
+        let tr = run_in(
+            &mut m,
+            "st [1, 1, 1, 4] 4/read-large-sequential",
+            60.0,
+            6,
+            &sick,
+            &[],
+        );
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].1.dev, d(48));
+        assert!(tr[0].1.why.contains("under st"), "{}", tr[0].1.why);
     }
 
     #[test]
