@@ -128,13 +128,12 @@ impl BlockDev {
             name: name.to_string(),
         })
     }
+}
 
-    /// Milliseconds the device has spent with I/O in flight (`io_ticks`,
-    /// field 10 of its sysfs `stat`): the basis of utilisation.
-    pub fn io_ticks_ms(dev: DevNum) -> Option<u64> {
-        let stat = fs::read_to_string(dev.sysfs().join("stat")).ok()?;
-        stat.split_whitespace().nth(9)?.parse().ok()
-    }
+/// Milliseconds a device has spent with I/O in flight (`io_ticks`, field
+/// 10 of its sysfs `stat`, given as `stat`): the basis of utilisation.
+pub fn io_ticks_ms(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(9)?.parse().ok()
 }
 
 /// The name of a device number for display, `M:m` when sysfs has no name.
@@ -147,6 +146,13 @@ pub fn display_name(dev: DevNum) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_time_is_the_tenth_field_of_stat() {
+        let stat = "  1459   0  45398   2205   11   4   120   9   0   1713   2215   0 0 0 0 0 0\n";
+        assert_eq!(io_ticks_ms(stat), Some(1713));
+        assert_eq!(io_ticks_ms("1 2 3"), None);
+    }
 
     #[test]
     fn devnum_parses_and_encodes() {

@@ -8,6 +8,7 @@ pub mod error;
 pub mod lock;
 pub mod mpath;
 pub mod observer;
+pub mod sysfs_attr;
 pub mod sysfs_knobs;
 #[cfg(test)]
 mod test_loop;

@@ -9,9 +9,11 @@ use std::{
     str::FromStr,
 };
 
+use crate::sysfs_attr::KeptFiles;
+
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Knob {
     NrRequests,
@@ -172,15 +174,57 @@ pub enum KnobError {
 /// The current value, as the knob means it (the scheduler in brackets).
 pub fn read(device: &str, knob: Knob) -> Result<String, KnobError> {
     let path = attr_path(device, knob);
-    let raw = fs::read_to_string(&path).map_err(|_| KnobError::Missing {
+    let raw = fs::read_to_string(&path).map_err(|_| missing(device, knob, path))?;
+    Ok(value_of(knob, &raw))
+}
+
+fn missing(device: &str, knob: Knob, path: PathBuf) -> KnobError {
+    KnobError::Missing {
         device: device.into(),
         knob,
-        path: path.clone(),
-    })?;
-    Ok(match knob {
-        Knob::Scheduler => selected_scheduler(&raw).unwrap_or_else(|| raw.trim().to_string()),
+        path,
+    }
+}
+
+fn value_of(knob: Knob, raw: &str) -> String {
+    match knob {
+        Knob::Scheduler => selected_scheduler(raw).unwrap_or_else(|| raw.trim().to_string()),
         _ => raw.trim().to_string(),
-    })
+    }
+}
+
+/// Knob files kept open between reads ([`KeptFiles`]): the daemon looks at
+/// every managed map's knobs every few seconds for changes made outside it.
+#[derive(Default)]
+pub struct KnobFiles {
+    kept: KeptFiles<(String, Knob)>,
+}
+
+impl KnobFiles {
+    /// [`read`], through the kept file.
+    pub fn read(&mut self, device: &str, knob: Knob) -> Result<String, KnobError> {
+        let path = || attr_path(device, knob);
+        let raw = self
+            .kept
+            .read((device.to_string(), knob), path)
+            .map_err(|_| missing(device, knob, path()))?;
+        Ok(value_of(knob, &raw))
+    }
+
+    /// Closes the files of devices for which `keep` is false (a path that
+    /// left the map, a map that went away).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.kept.retain(|(d, _)| keep(d));
+    }
+
+    /// How many files are open.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
 }
 
 fn attr_path(device: &str, knob: Knob) -> PathBuf {
@@ -293,5 +337,36 @@ mod tests {
             read("no-such-dev", Knob::NrRequests),
             Err(KnobError::Missing { .. })
         ));
+        let mut files = KnobFiles::default();
+        assert!(matches!(
+            files.read("no-such-dev", Knob::NrRequests),
+            Err(KnobError::Missing { .. })
+        ));
+        assert!(files.is_empty());
+    }
+
+    #[test]
+    fn kept_files_read_what_the_kernel_holds_now() {
+        let Some(lo) = crate::test_loop::TestLoop::attach("knobfiles") else {
+            return;
+        };
+        let dev = lo.name();
+        let mut files = KnobFiles::default();
+        let first = files.read(dev, Knob::MaxSectorsKb).unwrap();
+        assert_eq!(first, read(dev, Knob::MaxSectorsKb).unwrap());
+        assert_eq!(files.len(), 1);
+        // A change made by someone else shows through the kept file.
+        let want = if first == "64" { "32" } else { "64" };
+        let w = write(dev, Knob::MaxSectorsKb, want).unwrap();
+        assert_eq!(w.outcome, Outcome::Applied, "{w:?}");
+        assert_eq!(files.read(dev, Knob::MaxSectorsKb).unwrap(), want);
+        assert_eq!(files.len(), 1, "read again through the same file");
+        let sched = files.read(dev, Knob::Scheduler).unwrap();
+        assert_eq!(sched, read(dev, Knob::Scheduler).unwrap());
+        assert!(!sched.contains('['), "{sched}");
+        write(dev, Knob::MaxSectorsKb, &first).unwrap();
+        assert_eq!(files.read(dev, Knob::MaxSectorsKb).unwrap(), first);
+        files.retain(|d| d != dev);
+        assert!(files.is_empty());
     }
 }

@@ -42,6 +42,22 @@ fn thread_ticks(tb: &Testbed) -> Result<std::collections::BTreeMap<String, u64>>
     Ok(by)
 }
 
+/// Each kind of work's share of a core between two [`engine_secs`] taken
+/// 10 s apart.
+fn engine_share(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) -> String {
+    let v: Vec<String> = after
+        .iter()
+        .map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0.0);
+            format!("{k} {:.1}%", d * 10.0)
+        })
+        .collect();
+    v.join(", ")
+}
+
 /// The engine's time by kind of work so far (status `engine_secs`).
 fn engine_secs(tb: &Testbed) -> Result<std::collections::BTreeMap<String, f64>> {
     let s = daemon_status(tb)?;
@@ -110,14 +126,10 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
     let engine_before = engine_secs(&tb)?;
     let cpu_idle = tb.cpu_over(DAEMON, 10)?.0;
     let after = thread_ticks(&tb)?;
-    let engine: Vec<String> = engine_secs(&tb)?
-        .iter()
-        .map(|(k, v)| {
-            let d = v - engine_before.get(k).copied().unwrap_or(0.0);
-            format!("{k} {:.1}%", d * 10.0)
-        })
-        .collect();
-    eprintln!("idle engine time by work over 10 s: {}", engine.join(", "));
+    eprintln!(
+        "idle engine time by work over 10 s: {}",
+        engine_share(&engine_before, &engine_secs(&tb)?)
+    );
     let by: Vec<String> = after
         .iter()
         .map(|(k, v)| format!("{k} {}", v - before.get(k).copied().unwrap_or(0)))
@@ -133,7 +145,12 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         files.join(":")
     ))?;
     std::thread::sleep(Duration::from_secs(5));
+    let engine_before = engine_secs(&tb)?;
     let cpu_load = tb.cpu_over(DAEMON, 10)?.0;
+    eprintln!(
+        "engine time by work over 10 s under load: {}",
+        engine_share(&engine_before, &engine_secs(&tb)?)
+    );
     let seen = poll(
         &tb,
         "reads counted on every path",

@@ -7,7 +7,7 @@ use crate::{
     blockdev::DevNum,
     dm::Dm,
     mpath::{MultipathTable, Path as MPath, PathArgs, PriorityGroup, Selector},
-    sysfs_knobs::{self, Knob as SysKnob},
+    sysfs_knobs::{self, Knob as SysKnob, KnobFiles},
     tuner::{Knob, Settings},
 };
 
@@ -24,8 +24,8 @@ pub struct Target<'a> {
     pub fixed_groups: bool,
 }
 
-fn read_u32(dev: &str, k: SysKnob) -> Result<u32> {
-    let v = sysfs_knobs::read(dev, k)?;
+fn read_u32(files: &mut KnobFiles, dev: &str, k: SysKnob) -> Result<u32> {
+    let v = files.read(dev, k)?;
     v.parse()
         .map_err(|_| anyhow!("{dev} {}: '{v}' is not a number", k.name()))
 }
@@ -33,11 +33,14 @@ fn read_u32(dev: &str, k: SysKnob) -> Result<u32> {
 /// The honoured knobs as the kernel shows them now.
 pub fn read_settings(dm: &Dm, t: &Target) -> Result<Settings> {
     let table = dm.multipath_table(t.map)?;
-    settings_of(&table, t)
+    settings_of(&table, t, &mut KnobFiles::default())
 }
 
-/// [`read_settings`] with the live table already read.
-pub fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
+/// [`read_settings`] with the live table already read, the knob files
+/// read through `files` (kept open for the next look; those of devices no
+/// longer in `t` are closed).
+pub fn settings_of(table: &MultipathTable, t: &Target, files: &mut KnobFiles) -> Result<Settings> {
+    files.retain(|d| d == t.kernel_name || t.paths.iter().any(|(p, _)| p == d));
     let selector = table
         .groups
         .first()
@@ -71,7 +74,7 @@ pub fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
     // smallest so a partial write is visible as a mismatch.
     let mut qd = u32::MAX;
     for (name, _) in t.paths {
-        if let Ok(v) = read_u32(name, SysKnob::QueueDepth) {
+        if let Ok(v) = read_u32(files, name, SysKnob::QueueDepth) {
             qd = qd.min(v);
         }
     }
@@ -79,9 +82,9 @@ pub fn settings_of(table: &MultipathTable, t: &Target) -> Result<Settings> {
         selector,
         weights,
         active_paths,
-        max_sectors_kb: read_u32(t.kernel_name, SysKnob::MaxSectorsKb)?,
-        nr_requests: read_u32(t.kernel_name, SysKnob::NrRequests)?,
-        scheduler: sysfs_knobs::read(t.kernel_name, SysKnob::Scheduler)?,
+        max_sectors_kb: read_u32(files, t.kernel_name, SysKnob::MaxSectorsKb)?,
+        nr_requests: read_u32(files, t.kernel_name, SysKnob::NrRequests)?,
+        scheduler: files.read(t.kernel_name, SysKnob::Scheduler)?,
         queue_depth: if qd == u32::MAX { 0 } else { qd },
     })
 }
@@ -246,7 +249,7 @@ mod tests {
             t.render_line(),
             "0 2097152 multipath 1 queue_if_no_path 0 1 1 service-time 0 4 2 8:0 1 13 8:16 1 25 8:32 1 50 8:48 1 100"
         );
-        let back = settings_of(&t, &target(&paths)).unwrap_err();
+        let back = settings_of(&t, &target(&paths), &mut KnobFiles::default()).unwrap_err();
         // Reading the queue knobs needs the real devices; the table part is
         // checked through the model here and against the kernel in the VM.
         assert!(back.to_string().contains("dm-0"), "{back}");

@@ -158,8 +158,9 @@ pub struct DaemonStatus {
     /// `checkers` (starting checks, reading their verdicts), `dm_status`
     /// (each map's table and status), `rescan` (path discovery),
     /// `observer` (reading the BPF maps), `knobs` (reading back each
-    /// managed map's knobs), `window` (figures, health, the tuner),
-    /// `publish` (this status), `requests` (control socket).
+    /// managed map's knobs), `window` (figures, health, the tuner's
+    /// decisions), `changes` (applying and reading back the changes the
+    /// tuner makes), `publish` (this status), `requests` (control socket).
     pub engine_secs: Vec<(String, f64)>,
 }
 

@@ -12,7 +12,7 @@ use super::{DeviceCounters, Snapshot, hist};
 use crate::blockdev::DevNum;
 
 /// One device over one interval. Field names are the `--json` schema.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct DeviceInterval {
     pub device: String,
     pub dev: String,
@@ -89,6 +89,17 @@ fn d(a: u64, b: u64) -> u64 {
     a.saturating_sub(b)
 }
 
+/// Busy time over the interval, % (iostat's %util).
+fn util(dev: DevNum, prev: &Snapshot, cur: &Snapshot, secs: f64) -> Option<f64> {
+    match (cur.io_ticks_ms.get(&dev), prev.io_ticks_ms.get(&dev)) {
+        (Some(a), Some(b)) if secs > 0.0 => Some(round(
+            (d(*a, *b) as f64 / (secs * 1000.0) * 100.0).min(100.0),
+            1,
+        )),
+        _ => None,
+    }
+}
+
 fn nonzero_buckets(h: &[u64], low: impl Fn(usize) -> u64) -> BTreeMap<u64, u64> {
     h.iter()
         .enumerate()
@@ -126,6 +137,34 @@ impl DeviceInterval {
     ) -> Self {
         let zero = DeviceCounters::ZERO;
         let p = prev.devices.get(&dev).unwrap_or(&zero);
+        if c.stats == p.stats {
+            // Nothing counted (most paths of an idle host): every figure is
+            // zero, with no histogram to take apart (at 64 idle paths in
+            // the emulated guest, a visible share of a window's work).
+            let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
+            return Self {
+                device: name.to_string(),
+                dev: dev.to_string(),
+                map,
+                interval_s: round(secs, 3),
+                inflight: c.inflight,
+                inflight_max: c.inflight_peak,
+                util_pct: util(dev, prev, cur, secs),
+                ..Self::default()
+            };
+        }
+        Self::counted(dev, name, map, prev, cur, c, p)
+    }
+
+    fn counted(
+        dev: DevNum,
+        name: &str,
+        map: Option<String>,
+        prev: &Snapshot,
+        cur: &Snapshot,
+        c: &DeviceCounters,
+        p: &DeviceCounters,
+    ) -> Self {
         let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
         let (cs, ps) = (&c.stats, &p.stats);
         let ios = |i: usize| d(cs.ios[i], ps.ios[i]);
@@ -141,13 +180,7 @@ impl DeviceInterval {
         let lat_sum = d(cs.lat_sum_ns, ps.lat_sum_ns);
         let us = |ns: Option<f64>| ns.map(|v| round(v / 1000.0, 1));
         let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
-        let util = match (cur.io_ticks_ms.get(&dev), prev.io_ticks_ms.get(&dev)) {
-            (Some(a), Some(b)) if secs > 0.0 => Some(round(
-                (d(*a, *b) as f64 / (secs * 1000.0) * 100.0).min(100.0),
-                1,
-            )),
-            _ => None,
-        };
+        let util = util(dev, prev, cur, secs);
         Self {
             device: name.to_string(),
             dev: dev.to_string(),
@@ -324,16 +357,23 @@ mod tests {
         }
     }
 
+    /// `n` requests completed in `dir`, of 2^`size_log2` bytes, each in
+    /// latency bucket `lat_bucket`.
+    fn done(dir: usize, n: u64, size_log2: usize, lat_bucket: usize) -> DevStats {
+        let mut s = DevStats::ZERO;
+        s.ios[dir] = n;
+        s.bytes[dir] = n << size_log2;
+        s.size_hist[size_log2] = n;
+        s.lat_hist[lat_bucket] = n;
+        s.completed = n;
+        s
+    }
+
     #[test]
     fn interval_is_the_difference() {
         let dev = DevNum::new(7, 0);
         let t0 = Instant::now();
-        let mut a = DevStats::ZERO;
-        a.ios[DIR_WRITE] = 10;
-        a.bytes[DIR_WRITE] = 10 * 65536;
-        a.size_hist[16] = 10;
-        a.lat_hist[20] = 10;
-        a.completed = 10;
+        let a = done(DIR_WRITE, 10, 16, 20);
         let mut b = a;
         b.ios[DIR_WRITE] = 110;
         b.bytes[DIR_WRITE] = 110 * 65536;
@@ -373,6 +413,34 @@ mod tests {
         assert_eq!(i.lat_by_size[0].samples, 100);
         assert_eq!(i.lat_by_size[0].p50_us, Some(p50));
         assert!(i.active());
+    }
+
+    #[test]
+    fn a_quiet_interval_is_what_counting_it_gives() {
+        let dev = DevNum::new(8, 16);
+        let t0 = Instant::now();
+        let mut s = done(DIR_READ, 7, 12, 17);
+        s.lat_by_size[0][7] = 7;
+        let p = snap(t0, dev, s, 2);
+        let mut c = snap(t0 + Duration::from_millis(1500), dev, s, 3);
+        // A passthrough command's tick moves the busy time alone.
+        c.io_ticks_ms.insert(dev, 1015);
+        let quiet = DeviceInterval::between(dev, "sdb", Some("mpatha".into()), &p, &c).unwrap();
+        let counted = DeviceInterval::counted(
+            dev,
+            "sdb",
+            Some("mpatha".into()),
+            &p,
+            &c,
+            &c.devices[&dev],
+            &p.devices[&dev],
+        );
+        assert_eq!(quiet, counted);
+        assert_eq!(
+            (quiet.interval_s, quiet.inflight_max, quiet.util_pct),
+            (1.5, 3, Some(1.0))
+        );
+        assert!(!quiet.active());
     }
 
     #[test]

@@ -18,7 +18,10 @@ use pathpilot_common::{
 };
 use thiserror::Error;
 
-use crate::blockdev::{BlockDev, DevNum};
+use crate::{
+    blockdev::{self, BlockDev, DevNum},
+    sysfs_attr::KeptFiles,
+};
 
 pub mod btf;
 pub mod hist;
@@ -147,6 +150,8 @@ pub struct Observer {
     /// with no map or sysfs read (at 64 mostly idle paths, those reads
     /// were most of a window's work).
     last: StdHashMap<u32, Last>,
+    /// Each watched device's sysfs `stat`, for its busy time.
+    stat_files: KeptFiles<u32>,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
@@ -261,6 +266,7 @@ impl Observer {
             gen_no: 0,
             snapshots: 0,
             last: StdHashMap::new(),
+            stat_files: KeptFiles::default(),
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -338,6 +344,7 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = k;
         self.last.remove(&k);
+        self.stat_files.remove(&k);
         self.bump_generation()
     }
 
@@ -361,6 +368,7 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = mark;
         self.last.remove(&k);
+        self.stat_files.remove(&k);
         self.bump_generation()?;
         self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
@@ -425,6 +433,90 @@ impl Observer {
         silence(&sh, monotonic_ns()).map(std::time::Duration::from_nanos)
     }
 
+    /// Reads one device's counters in full: its STATS, its peak (then
+    /// zeroed), and what `prev` (the last snapshot's read) cannot stand for
+    /// -- the cgroup caches after bios, the busy time after data I/O.
+    fn read_device(
+        &mut self,
+        slot: u32,
+        dev: DevNum,
+        mut sh: DevShared,
+        prev: Option<&Last>,
+        now_ns: u64,
+    ) -> Result<Last, ObserveError> {
+        let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
+        let mut sum = DevStats::ZERO;
+        for v in per_cpu.iter() {
+            add(&mut sum, v);
+        }
+        // A count gone wrong (a completion whose issue came before the
+        // probes, a driver that requeued a request it never started) is
+        // put right when the kernel says the device is idle.
+        if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
+            sh.inflight = 0;
+            let _ = self.shared.set(slot, sh, 0);
+        }
+        let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
+            (
+                p.iter().copied().max().unwrap_or(0),
+                p.iter().any(|v| *v != 0),
+            )
+        });
+        if reset {
+            let z = self.zeros(0i64)?;
+            let _ = self.peak.set(slot, z, 0);
+        }
+        // Cgroup bytes still in the CPUs' caches: only bios move them.
+        let cgcache = match prev {
+            Some(p) if p.counters.stats.bios == sum.bios => p.cgcache.clone(),
+            _ => self.cgcache.get(&slot, 0).map_or_else(
+                |_| vec![],
+                |caches| {
+                    caches
+                        .iter()
+                        .filter(|c| c.cgroup_id != 0 && c.bios != 0)
+                        .map(|c| {
+                            (
+                                c.cgroup_id,
+                                CgroupStats {
+                                    bios: c.bios,
+                                    bytes: c.bytes,
+                                },
+                            )
+                        })
+                        .collect()
+                },
+            ),
+        };
+        // Busy time moves with data I/O in flight, not with a passthrough
+        // command (a tick one did add is read with the next data I/O).
+        let io_ticks_ms = match prev {
+            Some(p)
+                if p.io_ticks_ms.is_some()
+                    && sh.inflight == 0
+                    && p.counters.stats.ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
+            {
+                p.io_ticks_ms
+            }
+            _ => self
+                .stat_files
+                .read(dev.kernel(), || dev.sysfs().join("stat"))
+                .ok()
+                .and_then(|s| blockdev::io_ticks_ms(&s)),
+        };
+        Ok(Last {
+            shared: sh,
+            counters: DeviceCounters {
+                stats: sum,
+                inflight: sh.inflight.max(0) as u64,
+                inflight_peak: peak.max(sh.inflight).max(0) as u64,
+                silent_ns: silence(&sh, now_ns),
+            },
+            cgcache,
+            io_ticks_ms,
+        })
+    }
+
     /// Reads every counter once. Peaks restart from here, so each snapshot
     /// carries the peak of the interval that ends with it.
     pub fn snapshot(&mut self) -> Result<Snapshot, ObserveError> {
@@ -453,7 +545,7 @@ impl Observer {
             let dev = DevNum::from_kernel(k);
             // Read before the counters: whatever they count after this
             // moves it, and the next snapshot reads them again.
-            let mut sh = self
+            let sh = self
                 .shared_view
                 .get(slot)
                 .ok_or_else(|| ObserveError::Map("SHARED", format!("slot {slot} not mapped")))?;
@@ -466,79 +558,7 @@ impl Observer {
                     },
                     ..l
                 },
-                prev => {
-                    let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
-                    let mut sum = DevStats::ZERO;
-                    for v in per_cpu.iter() {
-                        add(&mut sum, v);
-                    }
-                    // A count gone wrong (a completion whose issue came
-                    // before the probes, a driver that requeued a request
-                    // it never started) is put right when the kernel says
-                    // the device is idle.
-                    if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
-                        sh.inflight = 0;
-                        let _ = self.shared.set(slot, sh, 0);
-                    }
-                    let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
-                        (
-                            p.iter().copied().max().unwrap_or(0),
-                            p.iter().any(|v| *v != 0),
-                        )
-                    });
-                    if reset {
-                        let z = self.zeros(0i64)?;
-                        let _ = self.peak.set(slot, z, 0);
-                    }
-                    // Cgroup bytes still in the CPUs' caches: only bios
-                    // move them.
-                    let cgcache = match &prev {
-                        Some(p) if p.counters.stats.bios == sum.bios => p.cgcache.clone(),
-                        _ => self.cgcache.get(&slot, 0).map_or_else(
-                            |_| vec![],
-                            |caches| {
-                                caches
-                                    .iter()
-                                    .filter(|c| c.cgroup_id != 0 && c.bios != 0)
-                                    .map(|c| {
-                                        (
-                                            c.cgroup_id,
-                                            CgroupStats {
-                                                bios: c.bios,
-                                                bytes: c.bytes,
-                                            },
-                                        )
-                                    })
-                                    .collect()
-                            },
-                        ),
-                    };
-                    // Busy time moves with data I/O in flight, not with a
-                    // checker's passthrough command (most of an idle
-                    // path's traffic; a tick it did add is read with the
-                    // next data I/O).
-                    let io_ticks_ms = match &prev {
-                        Some(p)
-                            if p.io_ticks_ms.is_some()
-                                && sh.inflight == 0
-                                && p.counters.stats.ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
-                        {
-                            p.io_ticks_ms
-                        }
-                        _ => BlockDev::io_ticks_ms(dev),
-                    };
-                    Last {
-                        shared: sh,
-                        counters: DeviceCounters {
-                            stats: sum,
-                            inflight: sh.inflight.max(0) as u64,
-                            inflight_peak: peak.max(sh.inflight).max(0) as u64,
-                            silent_ns: silence(&sh, now_ns),
-                        },
-                        cgcache,
-                        io_ticks_ms,
-                    }
-                }
+                prev => self.read_device(slot, dev, sh, prev.as_ref(), now_ns)?,
             };
             if sh.remapped_from != 0 {
                 remaps.insert(dev, DevNum::from_kernel(sh.remapped_from));

@@ -241,6 +241,7 @@ impl Engine {
             alua_seen: Default::default(),
             look: Look::new(Instant::now(), self.uevents.is_some()),
             status_look: Look::new(Instant::now(), self.uevents.is_some()),
+            knob_files: Default::default(),
         };
         if managed {
             let tp = entry.tuned_paths();

@@ -45,6 +45,7 @@ use crate::{
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
     observer::{DeviceInterval, Observer, Scope, Snapshot},
+    sysfs_knobs::KnobFiles,
     tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
 };
 
@@ -161,6 +162,8 @@ struct MapEntry {
     /// When its table and status are next read though its event counter
     /// has not moved.
     status_look: Look,
+    /// Its knob files, open between looks.
+    knob_files: KnobFiles,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -570,12 +573,14 @@ impl Engine {
                     next_window = now + self.cfg.window();
                 }
                 let t = thread_cpu();
-                let sub = self.spent_on(&["observer", "knobs"]);
+                let own = ["observer", "knobs", "changes"];
+                let sub = self.spent_on(&own);
                 if let Err(e) = self.window() {
                     say!("window failed: {e:#}");
                 }
-                // The observer's and the knobs' shares are their own.
-                let t = t + (self.spent_on(&["observer", "knobs"]) - sub);
+                // The observer's, the knobs' and the tuner's changes'
+                // shares are their own.
+                let t = t + (self.spent_on(&own) - sub);
                 self.account("window", t);
                 self.publish();
             }
@@ -863,6 +868,7 @@ impl Engine {
                 action = None;
             }
             if let Some(a) = action {
+                let cpu = thread_cpu();
                 let knobs = self.maps[mi]
                     .tuner
                     .as_ref()
@@ -879,6 +885,7 @@ impl Engine {
                         }
                     }
                 }
+                self.account("changes", cpu);
             }
             self.drain_tuner(mi);
         }
@@ -917,11 +924,14 @@ impl Engine {
             self.check_table(mi, table, t);
             return;
         }
-        let paths = self.maps[mi].tuned_paths();
-        let Ok(live) = actuator::settings_of(&table, &self.maps[mi].target(&paths)) else {
+        let m = &mut self.maps[mi];
+        let paths = m.tuned_paths();
+        let mut files = std::mem::take(&mut m.knob_files);
+        let live = actuator::settings_of(&table, &m.target(&paths), &mut files);
+        m.knob_files = files;
+        let Ok(live) = live else {
             return;
         };
-        let m = &mut self.maps[mi];
         let Some(tuner) = m.tuner.as_mut() else {
             return;
         };
