@@ -204,6 +204,19 @@ fn a_change_behind_the_daemons_back_stops_tuning() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(2).cap_mib(20.0));
     start_daemon(&tb, &config(), "")?;
     wait_map_ready(&tb, 2)?;
+    // Suspended by someone else: the tuner waits (the daemon reads the
+    // map's sysfs flag), and goes on once the map is resumed.
+    tb.sh("DM_DISABLE_UDEV=1 dmsetup suspend --noflush --nolockfs mpatha")?;
+    poll(
+        &tb,
+        "tuning paused while suspended",
+        Duration::from_secs(10),
+        |tb| Ok(log(tb).contains("paused: the map is suspended")),
+    )?;
+    tb.sh("DM_DISABLE_UDEV=1 dmsetup resume mpatha")?;
+    poll(&tb, "tuning resumed", Duration::from_secs(10), |tb| {
+        Ok(log(tb).contains("resumed: the map is suspended is over"))
+    })?;
     let paused =
         |tb: &Testbed| -> Result<bool> { Ok(daemon_status(tb)?["maps"][0]["tuner"] == "paused") };
     // A table loaded with dmsetup, as multipathd or an admin would.

@@ -8,7 +8,10 @@
 //! the check waiting behind queued I/O, and failing it for that would take
 //! a working path away under load.
 use super::tur::{self, Tur};
-use crate::discovery::alua::{AccessState, Alua};
+use crate::{
+    discovery::alua::{AccessState, Alua},
+    sysfs_attr::KeptFiles,
+};
 use std::{
     collections::HashMap,
     fs::File,
@@ -55,30 +58,71 @@ pub struct Report {
     pub alua: Option<AccessState>,
 }
 
-/// Reads one aligned block from the device, bypassing the page cache;
-/// with the path's ALUA state, read on the way (the daemon follows the
-/// array's port states from the checks rather than reading them again).
-pub fn check_once(name: &str) -> (Result<(), String>, Option<AccessState>) {
-    let sys = std::path::Path::new("/sys/class/block").join(name);
-    let alua = Alua::state_asking_if_refused(&sys);
-    (check_path(name, alua), alua)
+/// One path's checks, with what they keep open between them: the ALUA
+/// attributes and the device itself (multipathd too keeps a path's fd for
+/// the path's life). At 64 paths a check each second, the opens and closes
+/// were most of the checkers' CPU in the testbed. A check that fails
+/// through a kept file is made again through files opened now, so a device
+/// that went away and came back under the same name is judged as what it
+/// is now: keeping saves only the opens of a check that succeeds.
+pub struct Probe {
+    name: String,
+    sys: std::path::PathBuf,
+    attrs: KeptFiles<&'static str>,
+    dev: Option<File>,
 }
 
-fn check_path(name: &str, alua: Option<AccessState>) -> Result<(), String> {
-    if alua == Some(AccessState::Standby) {
-        // Reads fail on a standby port by design: ask the array instead.
-        return match tur::test_unit_ready(name, 30_000)? {
-            Tur::Ready | Tur::Standby => Ok(()),
-            Tur::Down(why) => Err(format!("/dev/{name}: {why}")),
-        };
+impl Probe {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            sys: std::path::Path::new("/sys/class/block").join(name),
+            attrs: KeptFiles::default(),
+            dev: None,
+        }
     }
-    let dev = format!("/dev/{name}");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&dev)
-        .map_err(|e| format!("open {dev}: {e}"))?;
-    read_aligned(&f).map_err(|e| format!("read {dev}: {e}"))
+
+    /// Reads one aligned block from the device, bypassing the page cache;
+    /// with the path's ALUA state, read on the way (the daemon follows the
+    /// array's port states from the checks rather than reading them
+    /// again).
+    pub fn check(&mut self) -> (Result<(), String>, Option<AccessState>) {
+        let (sys, attrs) = (&self.sys, &mut self.attrs);
+        let alua = Alua::state_asking_if_refused_with(sys, &mut |f| {
+            attrs.read(f, || sys.join("device").join(f)).ok()
+        });
+        (self.check_path(alua), alua)
+    }
+
+    fn check_path(&mut self, alua: Option<AccessState>) -> Result<(), String> {
+        if alua == Some(AccessState::Standby) {
+            // Reads fail on a standby port by design: ask the array instead.
+            return match tur::test_unit_ready(&self.name, 30_000)? {
+                Tur::Ready | Tur::Standby => Ok(()),
+                Tur::Down(why) => Err(format!("/dev/{}: {why}", self.name)),
+            };
+        }
+        if let Some(f) = &self.dev {
+            if read_aligned(f).is_ok() {
+                return Ok(());
+            }
+            self.dev = None;
+        }
+        let dev = format!("/dev/{}", self.name);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&dev)
+            .map_err(|e| format!("open {dev}: {e}"))?;
+        read_aligned(&f).map_err(|e| format!("read {dev}: {e}"))?;
+        self.dev = Some(f);
+        Ok(())
+    }
+
+    /// Whether the device is kept open (its last check read it well).
+    pub fn keeps_device(&self) -> bool {
+        self.dev.is_some()
+    }
 }
 
 fn read_aligned(f: &File) -> io::Result<()> {
@@ -206,10 +250,11 @@ impl Checkers {
         let spawned = std::thread::Builder::new()
             .name(format!("check-{name}"))
             .spawn(move || {
+                let mut probe = Probe::new(&path);
                 // Ends when the engine drops the trigger (path removed).
                 while rx.recv().is_ok() {
                     let t = Instant::now();
-                    let (result, alua) = check_once(&path);
+                    let (result, alua) = probe.check();
                     let r = Report {
                         path: path.clone(),
                         result,
@@ -386,10 +431,39 @@ mod tests {
 
     #[test]
     fn a_missing_device_is_faulty_with_the_reason() {
-        let (r, alua) = check_once("pathpilot-no-such-disk");
+        let (r, alua) = Probe::new("pathpilot-no-such-disk").check();
         assert_eq!(alua, None);
         let e = r.unwrap_err();
         assert!(e.contains("/dev/pathpilot-no-such-disk"), "{e}");
+    }
+
+    #[test]
+    fn a_probe_keeps_a_device_that_reads_and_judges_a_replaced_one_afresh() {
+        // A file reached through /dev/.. stands for the device node.
+        let dir = std::env::temp_dir().join(format!("pp-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let node = dir.join("node");
+        std::fs::write(&node, [7u8; 4096]).unwrap();
+        let mut p = Probe::new(&format!("..{}", node.display()));
+        assert_eq!(p.check(), (Ok(()), None));
+        assert!(p.keeps_device());
+        // Emptied: the kept file reads nothing, and so does the node
+        // opened again; the check fails and keeps nothing.
+        std::fs::write(&node, []).unwrap();
+        let e = p.check().0.unwrap_err();
+        assert!(e.contains("read returned nothing"), "{e}");
+        assert!(!p.keeps_device());
+        std::fs::write(&node, [7u8; 4096]).unwrap();
+        assert_eq!(p.check().0, Ok(()));
+        // A new device under the same name while the old one, still kept,
+        // no longer reads: judged by the new one.
+        std::fs::write(&node, []).unwrap();
+        let new = dir.join("new");
+        std::fs::write(&new, [7u8; 4096]).unwrap();
+        std::fs::rename(&new, &node).unwrap();
+        assert_eq!(p.check().0, Ok(()));
+        assert!(p.keeps_device());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

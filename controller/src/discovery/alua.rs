@@ -84,7 +84,12 @@ impl Alua {
     /// checker and the per-interval look at ALUA maps need.
     pub fn state(sys: &Path) -> Option<AccessState> {
         let dev = sys.join("device");
-        let attr = |f: &str| fs::read_to_string(dev.join(f)).ok();
+        Alua::state_from(&mut |f| fs::read_to_string(dev.join(f)).ok())
+    }
+
+    /// [`Alua::state`] with the device's attributes (`dh_state`,
+    /// `access_state`) read by `attr`.
+    fn state_from(attr: &mut dyn FnMut(&'static str) -> Option<String>) -> Option<AccessState> {
         if attr("dh_state")?.trim() != "alua" {
             return None;
         }
@@ -103,9 +108,19 @@ impl Alua {
     /// stay failed after its controller returned. A rescan re-reads the
     /// state. Returns the state after asking (`None`: not an ALUA path).
     pub fn state_asking_if_refused(sys: &Path) -> Option<AccessState> {
-        let state = Alua::state(sys)?;
+        let dev = sys.join("device");
+        Alua::state_asking_if_refused_with(sys, &mut |f| fs::read_to_string(dev.join(f)).ok())
+    }
+
+    /// [`Alua::state_asking_if_refused`] with the device's attributes read
+    /// by `attr` (a checker keeps them open).
+    pub fn state_asking_if_refused_with(
+        sys: &Path,
+        attr: &mut dyn FnMut(&'static str) -> Option<String>,
+    ) -> Option<AccessState> {
+        let state = Alua::state_from(attr)?;
         if state.refuses_io() && fs::write(sys.join("device/rescan"), "1").is_ok() {
-            return Alua::state(sys);
+            return Alua::state_from(attr);
         }
         Some(state)
     }

@@ -103,6 +103,14 @@ pub const DEFAULT_DENY_DEVNODE: &[&str] = &[
     "^nbd[0-9]",
 ];
 
+/// [`DEFAULT_DENY_DEVNODE`] compiled once: a full scan checks every disk.
+static DEFAULTS: std::sync::LazyLock<Vec<Pattern>> = std::sync::LazyLock::new(|| {
+    DEFAULT_DENY_DEVNODE
+        .iter()
+        .map(|t| Pattern::new(t).expect("the built-in patterns compile"))
+        .collect()
+});
+
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
     pub deny: Vec<Rule>,
@@ -124,17 +132,14 @@ impl Filter {
                 _ => None,
             })
             .collect();
-        let defaults: Vec<Pattern> = if devnode_denies.is_empty() {
-            DEFAULT_DENY_DEVNODE
-                .iter()
-                .filter_map(|t| Pattern::new(t).ok())
-                .collect()
+        let defaults: &[Pattern] = if devnode_denies.is_empty() {
+            &DEFAULTS
         } else {
-            Vec::new()
+            &[]
         };
         let denied_by = devnode_denies
             .into_iter()
-            .chain(defaults.iter())
+            .chain(defaults)
             .find(|p| p.matches(s.devnode));
         if let Some(p) = denied_by
             && !self

@@ -150,8 +150,10 @@ pub struct Observer {
     /// with no map or sysfs read (at 64 mostly idle paths, those reads
     /// were most of a window's work).
     last: StdHashMap<u32, Last>,
-    /// Each watched device's sysfs `stat`, for its busy time.
-    stat_files: KeptFiles<u32>,
+    /// Each watched device's sysfs `stat` (its busy time) and `inflight`
+    /// (the kernel's own count, read while the probes count some in
+    /// flight: under load, most windows), kept open.
+    sysfs_files: KeptFiles<(u32, &'static str)>,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
@@ -183,14 +185,12 @@ where
     T::try_from(m).map_err(map_err(name))
 }
 
-/// Requests in flight in the kernel's own count (`/sys/block/X/inflight`).
-fn sysfs_inflight(dev: DevNum) -> Option<u64> {
-    let t = std::fs::read_to_string(dev.sysfs().join("inflight")).ok()?;
-    Some(
-        t.split_whitespace()
-            .filter_map(|v| v.parse::<u64>().ok())
-            .sum(),
-    )
+/// Requests in flight in the kernel's own count (`/sys/block/X/inflight`,
+/// reads and writes).
+fn inflight_of(text: &str) -> u64 {
+    text.split_whitespace()
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
 }
 
 impl Observer {
@@ -266,7 +266,7 @@ impl Observer {
             gen_no: 0,
             snapshots: 0,
             last: StdHashMap::new(),
-            stat_files: KeptFiles::default(),
+            sysfs_files: KeptFiles::default(),
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -330,10 +330,13 @@ impl Observer {
             .find(|s| matches!(self.table[*s as usize], SLOT_EMPTY | SLOT_GONE))
             .ok_or(ObserveError::Full(dev, MAX_SLOTS))?;
         self.reset_slot(slot)?;
+        self.forget_files(k);
         // Requests already in flight complete after this: start from the
         // kernel's own count so that the in-flight figure stays right.
         let shared = DevShared {
-            inflight: sysfs_inflight(dev).unwrap_or(0) as i64,
+            inflight: self
+                .sysfs_attr(dev, "inflight")
+                .map_or(0, |t| inflight_of(&t)) as i64,
             ..DevShared::ZERO
         };
         self.shared
@@ -344,7 +347,6 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = k;
         self.last.remove(&k);
-        self.stat_files.remove(&k);
         self.bump_generation()
     }
 
@@ -368,7 +370,7 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = mark;
         self.last.remove(&k);
-        self.stat_files.remove(&k);
+        self.forget_files(k);
         self.bump_generation()?;
         self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
@@ -433,6 +435,18 @@ impl Observer {
         silence(&sh, monotonic_ns()).map(std::time::Duration::from_nanos)
     }
 
+    /// A watched device's sysfs attribute, through its kept file.
+    fn sysfs_attr(&mut self, dev: DevNum, attr: &'static str) -> Option<String> {
+        self.sysfs_files
+            .read((dev.kernel(), attr), || dev.sysfs().join(attr))
+            .ok()
+    }
+
+    /// Closes a device's kept sysfs files.
+    fn forget_files(&mut self, k: u32) {
+        self.sysfs_files.retain(|(d, _)| *d != k);
+    }
+
     /// Reads one device's counters in full: its STATS, its peak (then
     /// zeroed), and what `prev` (the last snapshot's read) cannot stand for
     /// -- the cgroup caches after bios, the busy time after data I/O.
@@ -452,7 +466,11 @@ impl Observer {
         // A count gone wrong (a completion whose issue came before the
         // probes, a driver that requeued a request it never started) is
         // put right when the kernel says the device is idle.
-        if sh.inflight != 0 && sysfs_inflight(dev) == Some(0) {
+        if sh.inflight != 0
+            && self
+                .sysfs_attr(dev, "inflight")
+                .is_some_and(|t| inflight_of(&t) == 0)
+        {
             sh.inflight = 0;
             let _ = self.shared.set(slot, sh, 0);
         }
@@ -499,9 +517,7 @@ impl Observer {
                 p.io_ticks_ms
             }
             _ => self
-                .stat_files
-                .read(dev.kernel(), || dev.sysfs().join("stat"))
-                .ok()
+                .sysfs_attr(dev, "stat")
                 .and_then(|s| blockdev::io_ticks_ms(&s)),
         };
         Ok(Last {

@@ -45,6 +45,7 @@ use crate::{
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
     observer::{DeviceInterval, Observer, Scope, Snapshot},
+    sysfs_attr::KeptFiles,
     sysfs_knobs::KnobFiles,
     tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
 };
@@ -164,6 +165,8 @@ struct MapEntry {
     status_look: Look,
     /// Its knob files, open between looks.
     knob_files: KnobFiles,
+    /// Its `dm/suspended` attribute, open between looks.
+    suspended_file: KeptFiles<()>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -426,10 +429,21 @@ impl Engine {
             .collect()
     }
 
-    /// Map `mi`'s honoured knobs as the kernel holds them now.
-    fn read_settings(&self, mi: usize) -> Result<Settings> {
-        let paths = self.maps[mi].tuned_paths();
-        actuator::read_settings(&self.dm, &self.maps[mi].target(&paths))
+    /// Map `mi`'s honoured knobs as the kernel holds them now, read
+    /// through the map's kept knob files.
+    fn read_settings(&mut self, mi: usize) -> Result<Settings> {
+        let table = self.dm.multipath_table(&self.maps[mi].name)?;
+        self.settings_of(mi, &table)
+    }
+
+    /// [`Self::read_settings`] with the live table already read.
+    fn settings_of(&mut self, mi: usize, table: &MultipathTable) -> Result<Settings> {
+        let m = &mut self.maps[mi];
+        let paths = m.tuned_paths();
+        let mut files = std::mem::take(&mut m.knob_files);
+        let s = actuator::settings_of(table, &m.target(&paths), &mut files);
+        m.knob_files = files;
+        s
     }
 
     /// Takes the map's lock for a change of the daemon's own.
@@ -494,10 +508,15 @@ impl Engine {
                 .with_context(|| format!("reloading {name}"))?;
             stall = Some(r.timing.stall.as_secs_f64() * 1000.0);
         }
-        let target = self.maps[mi].target(&paths);
-        let now = actuator::read_settings(&self.dm, &target)?;
-        actuator::write_queue_knobs(&target, &now, &want)?;
-        Ok((actuator::read_settings(&self.dm, &target)?, stall))
+        // A reload resets the queue limits: read them again before
+        // writing what it left short of `want`.
+        let now = if stall.is_some() {
+            self.read_settings(mi)?
+        } else {
+            live
+        };
+        actuator::write_queue_knobs(&self.maps[mi].target(&paths), &now, &want)?;
+        Ok((self.read_settings(mi)?, stall))
     }
 
     /// Runs until stopped. `changes` carries control-socket requests.
@@ -875,12 +894,15 @@ impl Engine {
                     .map(|tu| tu.settings().diff(&a.to))
                     .unwrap_or_default();
                 let r = self.apply_settings(mi, &knobs, &a.to);
-                let rb = self.read_settings(mi);
+                // A change that failed part way: what it left.
+                let rb = r.is_err().then(|| self.read_settings(mi));
                 if let Some(tuner) = self.maps[mi].tuner.as_mut() {
                     match r {
                         Ok((rb, stall)) => tuner.applied(t, a.knob, &a.to, rb, stall),
                         Err(e) => {
-                            let rb = rb.unwrap_or_else(|_| tuner.settings().clone());
+                            let rb = rb
+                                .and_then(Result::ok)
+                                .unwrap_or_else(|| tuner.settings().clone());
                             tuner.failed(t, a.knob, &a.to, rb, &format!("{e:#}"));
                         }
                     }
@@ -924,14 +946,10 @@ impl Engine {
             self.check_table(mi, table, t);
             return;
         }
-        let m = &mut self.maps[mi];
-        let paths = m.tuned_paths();
-        let mut files = std::mem::take(&mut m.knob_files);
-        let live = actuator::settings_of(&table, &m.target(&paths), &mut files);
-        m.knob_files = files;
-        let Ok(live) = live else {
+        let Ok(live) = self.settings_of(mi, &table) else {
             return;
         };
+        let m = &mut self.maps[mi];
         let Some(tuner) = m.tuner.as_mut() else {
             return;
         };

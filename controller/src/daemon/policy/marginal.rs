@@ -381,7 +381,12 @@ impl Model {
                         learn: None,
                     })
                 }
-                None => judge(&cfg, s, samples, secs, routing, &p.usual),
+                None => {
+                    // A good window's reason is said only when it ends a
+                    // probation: not formatted for every path each window.
+                    let explain = matches!(p.state, State::Probation { .. });
+                    judge(&cfg, s, samples, secs, routing, &p.usual, explain)
+                }
             };
             let silent = judged.is_none();
             let Verdict { bad, why, learn } = match judged {
@@ -494,41 +499,50 @@ fn judge(
     secs: f64,
     routing: &Routing,
     usual: &BTreeMap<UsualKey, (f64, u32)>,
+    explain: bool,
 ) -> Option<Verdict> {
     if !s.in_service {
         return None;
     }
     let (r, class, mine, peers) = ratio(s, all, cfg.min_samples, secs)?;
     let key = (routing.clone(), class);
-    let figures = format!(
-        "service time {} {:.1} ms, peers {:.1} ms: {r:.1}x",
-        class,
-        mine / 1000.0,
-        peers / 1000.0
-    );
+    let figures = || {
+        format!(
+            "service time {} {:.1} ms, peers {:.1} ms: {r:.1}x",
+            class,
+            mine / 1000.0,
+            peers / 1000.0
+        )
+    };
     let l = r.ln();
     let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(u.exp());
     // Its usual ratio under this routing, else, while this routing learns,
     // the most lenient one learnt under the same selector and workload.
-    let usual = match usual.get(&key).and_then(learnt) {
-        Some(u) => Some((u, format!("usually {u:.1}x"))),
-        None => usual
-            .iter()
-            .filter(|((rt, c), _)| {
-                rt.selector == routing.selector && rt.workload == routing.workload && *c == class
-            })
-            .filter_map(|(_, v)| learnt(v))
-            .max_by(f64::total_cmp)
-            .map(|u| {
-                (
-                    u,
-                    format!("learning; up to {u:.1}x under {}", routing.selector),
-                )
-            }),
+    let (usual, own) = match usual.get(&key).and_then(learnt) {
+        Some(u) => (Some(u), true),
+        None => (
+            usual
+                .iter()
+                .filter(|((rt, c), _)| {
+                    rt.selector == routing.selector
+                        && rt.workload == routing.workload
+                        && *c == class
+                })
+                .filter_map(|(_, v)| learnt(v))
+                .max_by(f64::total_cmp),
+            false,
+        ),
     };
-    let (bad, why) = match usual {
-        Some((u, note)) => (r >= cfg.latency_ratio * u, format!("{figures} ({note})")),
-        None => (false, format!("{figures} (learning)")),
+    let bad = usual.is_some_and(|u| r >= cfg.latency_ratio * u);
+    let why = match usual {
+        _ if !bad && !explain => String::new(),
+        Some(u) if own => format!("{} (usually {u:.1}x)", figures()),
+        Some(u) => format!(
+            "{} (learning; up to {u:.1}x under {})",
+            figures(),
+            routing.selector
+        ),
+        None => format!("{} (learning)", figures()),
     };
     Some(Verdict {
         bad,

@@ -81,8 +81,8 @@ impl ScanSchedule {
 ///   overwrite someone else's) and every window while a trial is measured
 ///   (a change under it spoils the trial).
 /// - Its table and status: path states move with the map's event counter
-///   (read each interval, one ioctl); a table swap or a message from
-///   someone else does not move it.
+///   (every map's read each interval by one list ioctl); a table swap or a
+///   message from someone else does not move it.
 #[derive(Clone, Debug)]
 pub struct Look {
     /// Uevents arrive (else every window is a look).
