@@ -88,7 +88,7 @@ impl Probe {
     /// again).
     pub fn check(&mut self) -> (Result<(), String>, Option<AccessState>) {
         let (sys, attrs) = (&self.sys, &mut self.attrs);
-        let alua = Alua::state_asking_if_refused_with(sys, &mut |f| {
+        let alua = Alua::state_asking_if_refused(sys, &mut |f| {
             attrs.read(f, || sys.join("device").join(f)).ok()
         });
         (self.check_path(alua), alua)

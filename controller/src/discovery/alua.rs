@@ -107,14 +107,9 @@ impl Alua {
     /// attention ever tells the host that the port came back: a path would
     /// stay failed after its controller returned. A rescan re-reads the
     /// state. Returns the state after asking (`None`: not an ALUA path).
-    pub fn state_asking_if_refused(sys: &Path) -> Option<AccessState> {
-        let dev = sys.join("device");
-        Alua::state_asking_if_refused_with(sys, &mut |f| fs::read_to_string(dev.join(f)).ok())
-    }
-
-    /// [`Alua::state_asking_if_refused`] with the device's attributes read
-    /// by `attr` (a checker keeps them open).
-    pub fn state_asking_if_refused_with(
+    /// The device's attributes (`dh_state`, `access_state`) are read by
+    /// `attr` (a checker keeps them open).
+    pub fn state_asking_if_refused(
         sys: &Path,
         attr: &mut dyn FnMut(&'static str) -> Option<String>,
     ) -> Option<AccessState> {
@@ -174,6 +169,8 @@ mod tests {
         let root = std::env::temp_dir().join(format!("pp-alua-{}", std::process::id()));
         let dev = root.join("device");
         fs::create_dir_all(&dev).unwrap();
+        let ask =
+            || Alua::state_asking_if_refused(&root, &mut |f| fs::read_to_string(dev.join(f)).ok());
         fs::write(dev.join("dh_state"), "alua\n").unwrap();
         for (state, asks) in [
             ("unavailable", true),
@@ -183,17 +180,14 @@ mod tests {
         ] {
             let _ = fs::remove_file(dev.join("rescan"));
             fs::write(dev.join("access_state"), format!("{state}\n")).unwrap();
-            assert_eq!(
-                Alua::state_asking_if_refused(&root),
-                AccessState::parse(state)
-            );
+            assert_eq!(ask(), AccessState::parse(state));
             assert_eq!(dev.join("rescan").exists(), asks, "{state}");
         }
         // Not an ALUA path: nothing to ask.
         fs::write(dev.join("dh_state"), "detached\n").unwrap();
         fs::write(dev.join("access_state"), "unavailable\n").unwrap();
         let _ = fs::remove_file(dev.join("rescan"));
-        assert_eq!(Alua::state_asking_if_refused(&root), None);
+        assert_eq!(ask(), None);
         assert!(!dev.join("rescan").exists());
         fs::remove_dir_all(&root).unwrap();
     }

@@ -479,8 +479,10 @@ impl Engine {
     ) -> Option<(u32, bool)> {
         let m = &mut self.maps[mi];
         if let Some(ev) = events.get(&m.name) {
-            let dir = Path::new("/sys/block").join(&m.kernel_name);
-            let flag = m.suspended_file.read((), || dir.join("dm/suspended"));
+            let dm = &m.kernel_name;
+            let flag = m
+                .suspended_file
+                .read((), || Path::new("/sys/block").join(dm).join("dm/suspended"));
             match flag.as_deref().map(str::trim) {
                 Ok("0") => return Some((*ev, false)),
                 Ok("1") => return Some((*ev, true)),
