@@ -135,7 +135,6 @@ pub struct Observer {
     shared: Array<MapData, DevShared>,
     /// SHARED mapped into our memory: read with no syscall.
     shared_view: view::ArrayView<DevShared>,
-    peak: PerCpuArray<MapData, i64>,
     cgcache: PerCpuArray<MapData, CgroupCache>,
     /// An LRU per-CPU hash in the kernel.
     cgroups: PerCpuHashMap<MapData, CgroupKey, CgroupStats>,
@@ -259,7 +258,6 @@ impl Observer {
             stats: take(&mut ebpf, "STATS")?,
             shared,
             shared_view,
-            peak: take(&mut ebpf, "PEAK")?,
             cgcache: take(&mut ebpf, "CGCACHE")?,
             cgroups: take(&mut ebpf, "CGROUPS")?,
             table: vec![SLOT_EMPTY; MAX_SLOTS as usize],
@@ -304,8 +302,6 @@ impl Observer {
     fn reset_slot(&mut self, slot: u32) -> Result<(), ObserveError> {
         let z = self.zeros(DevStats::ZERO)?;
         self.stats.set(slot, z, 0).map_err(map_err("STATS"))?;
-        let z = self.zeros(0i64)?;
-        self.peak.set(slot, z, 0).map_err(map_err("PEAK"))?;
         let z = self.zeros(CgroupCache::default())?;
         self.cgcache.set(slot, z, 0).map_err(map_err("CGCACHE"))?;
         Ok(())
@@ -474,15 +470,13 @@ impl Observer {
             sh.inflight = 0;
             let _ = self.shared.set(slot, sh, 0);
         }
-        let (peak, reset) = self.peak.get(&slot, 0).map_or((0, false), |p| {
-            (
-                p.iter().copied().max().unwrap_or(0),
-                p.iter().any(|v| *v != 0),
-            )
-        });
-        if reset {
-            let z = self.zeros(0i64)?;
-            let _ = self.peak.set(slot, z, 0);
+        let peak = sh.peak;
+        if peak != 0 {
+            // The next interval's peak starts from here. The one field is
+            // stored, so an issue's concurrent update of the others stands.
+            self.shared_view
+                .store_u64(slot, std::mem::offset_of!(DevShared, peak), 0);
+            sh.peak = 0;
         }
         // Cgroup bytes still in the CPUs' caches: only bios move them.
         let cgcache = match prev {

@@ -1,8 +1,9 @@
-//! A read-only view of an array map mapped into our memory: reading it
-//! costs no syscall. The daemon's snapshot reads every watched device's
-//! shared state each window; at 64 paths, mostly idle, those lookups were
-//! the largest part of an idle window, and the view lets it skip a device
-//! whose state has not moved (see `Observer::snapshot`).
+//! An array map mapped into our memory: reading it costs no syscall. The
+//! daemon's snapshot reads every watched device's shared state each
+//! window; at 64 paths, mostly idle, those lookups were the largest part of
+//! an idle window, and the view lets it skip a device whose state has not
+//! moved (see `Observer::snapshot`). Writable too, for the one field
+//! userspace clears every interval (a device's in-flight peak).
 use std::{
     marker::PhantomData,
     os::fd::{AsFd, AsRawFd},
@@ -17,9 +18,9 @@ pub struct ArrayView<T> {
     _t: PhantomData<T>,
 }
 
-// SAFETY: the mapping is read-only on our side and lives as long as the
-// view; the kernel's programs write it concurrently, which every read
-// allows for (volatile, whole values copied out).
+// SAFETY: the mapping lives as long as the view; the kernel's programs
+// write it concurrently, which every access allows for (volatile, whole
+// values copied out, single aligned fields written).
 unsafe impl<T: Send> Send for ArrayView<T> {}
 unsafe impl<T: Sync> Sync for ArrayView<T> {}
 
@@ -36,13 +37,13 @@ impl<T: Copy> ArrayView<T> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let bytes = (len * std::mem::size_of::<T>()).div_ceil(page) * page;
-        // SAFETY: a fresh shared read-only mapping of the map's fd; the
-        // kernel checks the size against the map.
+        // SAFETY: a fresh shared mapping of the map's fd; the kernel
+        // checks the size against the map.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_READ,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 data.fd().as_fd().as_raw_fd(),
                 0,
@@ -66,6 +67,25 @@ impl<T: Copy> ArrayView<T> {
         // SAFETY: in bounds of the mapping, aligned (page-aligned base,
         // 8-byte entries).
         (i < self.len).then(|| unsafe { std::ptr::read_volatile(self.base.add(i)) })
+    }
+
+    /// Stores `v` into the aligned 8-byte field at `offset` (from
+    /// `offset_of!`) in entry `i`, with one volatile store: the programs'
+    /// own updates of the other fields are left alone.
+    pub fn store_u64(&self, i: u32, offset: usize, v: u64) {
+        assert!(
+            offset.is_multiple_of(8) && offset + 8 <= std::mem::size_of::<T>(),
+            "an aligned 8-byte field inside the entry"
+        );
+        let i = i as usize;
+        if i < self.len {
+            // SAFETY: in bounds of the mapping (checked above), which is
+            // writable, and 8-byte aligned (8-byte entries, aligned field).
+            unsafe {
+                let p = (self.base.add(i) as *mut u8).add(offset) as *mut u64;
+                std::ptr::write_volatile(p, v)
+            }
+        }
     }
 }
 

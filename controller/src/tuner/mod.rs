@@ -34,6 +34,10 @@ const NOISE_GROUPS: usize = 8;
 /// up to this many times its windows, before it is judged.
 const EXTEND_UP_TO: usize = 3;
 
+/// How much of a path's best delivery a window later still stands for its
+/// capacity: the estimate is a running maximum fading by this per window.
+const CAP_FADE: f64 = 0.95;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -276,10 +280,10 @@ pub struct Tuner {
     /// measurement in progress began: a window far from it means the
     /// workload changed, even inside one class.
     shape: Option<(f64, f64)>,
-    /// Per-path capacity last seen clearly unequal (paths full under
-    /// random reads at depth): a fact of the paths, not of the workload,
-    /// so a later workload whose own figures cannot show it (one large
-    /// request at a time) can still be weighted by it.
+    /// Per-path capacity seen clearly unequal under random reads at depth
+    /// (see `learn_caps`): a fact of the paths, not of the workload, so a
+    /// later workload whose own figures cannot show it (one large request
+    /// at a time) can still be weighted by it.
     path_caps: Option<Vec<f64>>,
     /// The workload's latest measurements, whose spread is its noise: two
     /// windows a side say little of it (judged by them alone, the gain
@@ -667,12 +671,17 @@ impl Tuner {
             return self.undo_unjudged(t, tr, w, why);
         }
         let class = Class::of(w)?;
+        // Not the first window of a class, which may straddle the change
+        // (the last of a random phase, at a trickle), nor one right after a
+        // change of settings.
         if class.size == Size::Medium
             && !class.sequential
+            && self.class == Some(class)
             && self.current.selector != Selector::RoundRobin
-            && let Some(c) = w.delivered().filter(|c| spread(c) > 1.5)
+            && !matches!(self.phase, Phase::Applying(_) | Phase::Settling(..))
+            && let Some(c) = w.delivered()
         {
-            self.path_caps = Some(c);
+            self.learn_caps(&c);
         }
         if self.class != Some(class) {
             self.shape = Some((w.avg_bio_kib, w.read_share));
@@ -776,6 +785,25 @@ impl Tuner {
             ));
         }
         None
+    }
+
+    /// Folds what each path delivered this window into its capacity
+    /// estimate. A path the selector did not fill delivers less than it
+    /// could (the fastest of 10/20/40/80 MiB/s paths, in a guest whose CPU
+    /// caps the total, delivers about what the 40 does), so one window
+    /// cannot rank the fastest paths and a trickle can invert them: a path
+    /// is credited with the best it delivered lately. Kept only while the
+    /// paths clearly differ.
+    fn learn_caps(&mut self, delivered: &[f64]) {
+        let caps: Vec<f64> = match &self.path_caps {
+            Some(old) if old.len() == delivered.len() => old
+                .iter()
+                .zip(delivered)
+                .map(|(o, d)| d.max(o * CAP_FADE))
+                .collect(),
+            _ => delivered.to_vec(),
+        };
+        self.path_caps = (spread(&caps) > 1.5).then_some(caps);
     }
 
     fn remember(&mut self, class: Class, mib_s: f64) {
@@ -973,7 +1001,11 @@ impl Tuner {
                 _ => (c, false),
             },
         };
-        let uneven = caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+        // Weights the search kept say so too, when this window cannot (a
+        // path weighted low may deliver nothing in it).
+        let weighted = cur.selector == Selector::ServiceTime
+            && spread(&cur.weights.iter().map(|w| *w as f64).collect::<Vec<_>>()) > 1.5;
+        let uneven = weighted || caps.as_ref().is_some_and(|c| spread(c) > 1.5);
         // With one active path there is nothing to select between.
         let selectors: &[Selector] = if n > 1 {
             &self.available_selectors
@@ -1062,6 +1094,15 @@ impl Tuner {
                 }
             }
         }
+        // Weighted by capacity before any plain selector: on paths this
+        // unequal it is where the search ends (asym's 13:25:50:100), and a
+        // plain load-aware selector first costs a trial a phase cannot
+        // spare (switch's 10 s phases).
+        if class.size != Size::Large
+            && let Some((set, why)) = &weigh
+        {
+            push(Knob::Weights, set, why.clone());
+        }
         for sel in selectors {
             // Round-robin runs every path at the slowest one's pace: not a
             // candidate when paths differ.
@@ -1069,7 +1110,7 @@ impl Tuner {
                 continue;
             }
             let why = match &caps {
-                Some(c) if uneven => format!(
+                Some(c) if spread(c) > 1.5 => format!(
                     "paths differ {:.1}x in measured capacity: a load-aware selector",
                     spread(c)
                 ),
@@ -1083,11 +1124,6 @@ impl Tuner {
                 },
                 why,
             );
-        }
-        if class.size != Size::Large
-            && let Some((set, why)) = &weigh
-        {
-            push(Knob::Weights, set, why.clone());
         }
         // Back to where the map started, for knobs moved earlier.
         for k in [Knob::MaxSectorsKb, Knob::QueueDepth, Knob::ActivePaths] {

@@ -140,6 +140,12 @@ pub struct DevShared {
     /// For a dm path: the dm map that cloned a request onto it last.
     pub remapped_from: u32,
     pub _pad: u32,
+    /// The highest in-flight count an issue saw since userspace last
+    /// zeroed it (through its mapping, once per interval). Kept here, not
+    /// per CPU: the issue probe has this entry in hand already, and
+    /// userspace reads and clears it with no syscall. Updated without a
+    /// lock: two CPUs racing may keep the lower of two near-equal peaks.
+    pub peak: i64,
 }
 
 impl DevShared {
@@ -151,6 +157,7 @@ impl DevShared {
         last_complete_ns: 0,
         remapped_from: 0,
         _pad: 0,
+        peak: 0,
     };
 }
 

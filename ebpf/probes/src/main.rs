@@ -38,10 +38,6 @@ static STATS: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(MAX_SLOTS, 0
 /// state has not moved since its last snapshot.
 #[map]
 static SHARED: Array<DevShared> = Array::with_max_entries(MAX_SLOTS, BPF_F_MMAPABLE);
-/// Per CPU, the highest device-wide in-flight count this CPU saw at issue;
-/// userspace takes the max over CPUs and zeroes it every interval.
-#[map]
-static PEAK: PerCpuArray<i64> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
 /// Per CPU, request queue -> slot (see `QueueSlot`), direct-mapped.
 #[map]
 static QUEUES: PerCpuArray<QueueSlot> = PerCpuArray::with_max_entries(QUEUE_CACHE, 0);
@@ -203,12 +199,8 @@ fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
         // Idle until now: the device's silence is measured from here.
         sh.busy_since_ns = unsafe { bpf_ktime_get_ns() };
     }
-    if let Some(p) = PEAK.get_ptr_mut(slot) {
-        unsafe {
-            if now > *p {
-                *p = now;
-            }
-        }
+    if now > sh.peak {
+        sh.peak = now;
     }
     let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
     let len = r.u32_at(l.rq_data_len);
