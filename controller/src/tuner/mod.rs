@@ -803,7 +803,7 @@ impl Tuner {
                 .collect(),
             _ => delivered.to_vec(),
         };
-        self.path_caps = (spread(&caps) > 1.5).then_some(caps);
+        self.path_caps = clearly_unequal(&caps).then_some(caps);
     }
 
     fn remember(&mut self, class: Class, mib_s: f64) {
@@ -993,7 +993,7 @@ impl Tuner {
         // A large-request workload whose own figures look even falls back
         // on the capacity seen earlier (kept only when clearly unequal).
         let (caps, learned) = match measured {
-            Some(c) if spread(&c) > 1.5 => (Some(c), false),
+            Some(c) if clearly_unequal(&c) => (Some(c), false),
             c => match &self.path_caps {
                 Some(k) if class.size == Size::Large && k.len() == total_paths => {
                     (Some(k.clone()), true)
@@ -1004,8 +1004,8 @@ impl Tuner {
         // Weights the search kept say so too, when this window cannot (a
         // path weighted low may deliver nothing in it).
         let weighted = cur.selector == Selector::ServiceTime
-            && spread(&cur.weights.iter().map(|w| *w as f64).collect::<Vec<_>>()) > 1.5;
-        let uneven = weighted || caps.as_ref().is_some_and(|c| spread(c) > 1.5);
+            && clearly_unequal(&cur.weights.iter().map(|w| *w as f64).collect::<Vec<_>>());
+        let uneven = weighted || caps.as_deref().is_some_and(clearly_unequal);
         // With one active path there is nothing to select between.
         let selectors: &[Selector] = if n > 1 {
             &self.available_selectors
@@ -1110,7 +1110,7 @@ impl Tuner {
                 continue;
             }
             let why = match &caps {
-                Some(c) if spread(c) > 1.5 => format!(
+                Some(c) if clearly_unequal(c) => format!(
                     "paths differ {:.1}x in measured capacity: a load-aware selector",
                     spread(c)
                 ),
@@ -1417,6 +1417,14 @@ fn trial_value(k: Knob, s: &Settings) -> String {
 }
 
 /// Ratio of the largest to the smallest capacity.
+/// Paths (or their weights) that differ this much, fastest over slowest,
+/// are unequal: worth weighting, and round-robin holds them back.
+const UNEVEN: f64 = 1.5;
+
+fn clearly_unequal(c: &[f64]) -> bool {
+    spread(c) > UNEVEN
+}
+
 fn spread(c: &[f64]) -> f64 {
     let max = c.iter().cloned().fold(0.0, f64::max);
     let min = c.iter().cloned().fold(f64::INFINITY, f64::min);
