@@ -227,25 +227,33 @@ fn flushes_under_concurrent_load_are_counted_and_in_flight_returns_to_0() {
     obs.watch(dev.dev).unwrap();
     let k0 = flushes(lo.name());
     let before = obs.snapshot().unwrap();
-    // Random reads at depth alongside writes that flush after each one,
-    // both at sector 0 among others: requests at one sector at one time.
+    // Random reads at depth alongside writes that flush after each one
+    // (an empty flush: the kernel issues its own flush request, never the
+    // caller's) and O_DSYNC writes (the loop device has no FUA: the data
+    // request, then a flush request after it), all at sector 0 among
+    // others: requests at one sector at one time.
     sh(&format!(
         "fio --name=r --filename={p} --rw=randread --bs=4k --direct=1 --ioengine=libaio \
          --iodepth=16 --size=1m --time_based --runtime=3 --output=/dev/null & \
          fio --name=w --filename={p} --rw=write --bs=4k --direct=1 --ioengine=psync \
-         --size=4k --loops=300 --fsync=1 --output=/dev/null; wait",
+         --size=4k --loops=300 --fsync=1 --output=/dev/null & \
+         fio --name=d --filename={p} --rw=write --bs=4k --direct=1 --ioengine=psync \
+         --size=4k --loops=200 --sync=1 --output=/dev/null; wait",
         p = lo.path
     ));
     let after = obs.snapshot().unwrap();
     let k1 = flushes(lo.name());
     let i = pathpilot::observer::DeviceInterval::between(dev.dev, lo.name(), None, &before, &after)
         .unwrap();
-    assert!(k1 - k0 >= 300, "the kernel saw the flushes: {}", k1 - k0);
     assert_eq!(i.flush_ios, k1 - k0, "{i:#?}");
-    assert_eq!(i.write_ios, 300, "{i:#?}");
+    assert!(k1 - k0 >= 500, "the kernel saw the flushes: {}", k1 - k0);
+    assert_eq!(i.write_ios, 500, "{i:#?}");
     assert!(i.read_ios > 300, "{i:#?}");
     assert_eq!(i.inflight, 0, "{i:#?}");
-    // 16 reads at once beside one write: the peak saw them together.
+    // 16 reads at once beside the writers: the peak saw them together.
+    // (No upper bound: on 6.18 the loop driver now and then completes a
+    // depth's worth of reads that block_rq_complete never reports, as the
+    // issue and completion counts show; sysfs puts the count right.)
     assert!(i.inflight_max >= 2, "{i:#?}");
     assert_eq!(
         i.completed,

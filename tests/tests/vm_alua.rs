@@ -293,12 +293,19 @@ fn the_tuner_works_inside_the_optimized_group() -> Result<()> {
 
     let job = tb.spawn(
         "fio --name=r --filename=/dev/mapper/mpatha --rw=randread --bs=64k --direct=1 \
-         --ioengine=libaio --iodepth=16 --runtime=45 --time_based --output-format=terse \
+         --ioengine=libaio --iodepth=16 --runtime=70 --time_based --output-format=terse \
          --terse-version=3 2>&1",
     )?;
     // Round-robin holds the faster optimized port to the slower one's
-    // pace; the tuner's trials (2 s windows) are done well within 30 s.
-    std::thread::sleep(Duration::from_secs(30));
+    // pace. A trial takes about 10 s at 2 s windows; the first keeps a
+    // change when its windows measured the ports, while a noisy boot
+    // (windows 30% apart) may spend two trials on plain selectors before
+    // a window does: wait for a kept change, up to 50 s, then settle.
+    let t0 = Instant::now();
+    while !daemon_log(&tb).contains("[kept]") && t0.elapsed() < Duration::from_secs(50) {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    std::thread::sleep(Duration::from_secs(4));
     let shares = shares_over(&tb, 3)?;
     eprintln!("shares after tuning: {shares:?}");
     assert!(

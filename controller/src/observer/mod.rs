@@ -460,8 +460,9 @@ impl Observer {
             add(&mut sum, v);
         }
         // A count gone wrong (a completion whose issue came before the
-        // probes, a driver that requeued a request it never started) is
-        // put right when the kernel says the device is idle.
+        // probes; on 6.18 loop devices, a depth's worth of completions now
+        // and then that the tracepoint never reported) is put right when
+        // the kernel says the device is idle.
         if sh.inflight != 0
             && self
                 .sysfs_attr(dev, "inflight")

@@ -153,9 +153,10 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         rq_cmd_flags: rq("cmd_flags")?,
         rq_data_len: rq("__data_len")?,
         rq_sector: rq("__sector")?,
-        rq_bio: rq("bio")?,
         rq_start_time_ns: rq("start_time_ns")?,
         rq_io_start_time_ns: rq("io_start_time_ns")?,
+        rq_state: member("request", "state")?,
+        rq_state_idle: btf.enum_value("mq_rq_state", "MQ_RQ_IDLE").map_err(bad)?,
         q_disk: member("request_queue", "disk")?,
         disk_major: major,
         // REQ_OP_BITS is a macro (8 since Linux 4.x), not in BTF.

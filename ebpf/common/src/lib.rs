@@ -241,9 +241,12 @@ pub struct Layout {
     pub rq_cmd_flags: u32,
     pub rq_data_len: u32,
     pub rq_sector: u32,
-    pub rq_bio: u32,
     pub rq_start_time_ns: u32,
     pub rq_io_start_time_ns: u32,
+    /// `request.state` (read apart, only on requeue) and its value for a
+    /// request not started, `MQ_RQ_IDLE` of `enum mq_rq_state`.
+    pub rq_state: u32,
+    pub rq_state_idle: u32,
     /// `request_queue.disk`, `gendisk.major` (first_minor follows it).
     pub q_disk: u32,
     pub disk_major: u32,
@@ -274,9 +277,10 @@ impl Layout {
         rq_cmd_flags: 0,
         rq_data_len: 0,
         rq_sector: 0,
-        rq_bio: 0,
         rq_start_time_ns: 0,
         rq_io_start_time_ns: 0,
+        rq_state: 0,
+        rq_state_idle: 0,
         q_disk: 0,
         disk_major: 0,
         op_mask: 0,

@@ -227,7 +227,13 @@ pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
             return Ok(());
         };
         // Back to the queue: no longer at the device (issued again later).
-        atomic_add(&mut shared(slot).ok_or(-1)?.inflight, -1);
+        // The tracepoint also fires for a request that a driver turned
+        // away before starting it (SCSI when its host is busy): that one
+        // was never counted in.
+        let state: u32 = kread(ctx.arg::<u64>(0) + l.rq_state as u64)?;
+        if state != l.rq_state_idle {
+            atomic_add(&mut shared(slot).ok_or(-1)?.inflight, -1);
+        }
         stats(slot).ok_or(-1)?.requeues += 1;
         Ok(())
     })();
@@ -257,10 +263,16 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
     let len = r.u32_at(l.rq_data_len);
     let dir = direction(&l, op, len);
-    // dm ends each request twice: its data as the clone's bios complete,
-    // then the request itself, with nothing left (no bio) and 0 bytes.
-    // Only passthrough requests carry no bio of their own.
-    if r.u64_at(l.rq_bio) == 0 && dir != DIR_OTHER {
+    // Only what the device executed counts, as the kernel's diskstats
+    // count it: a data request's data, a flush request (the block layer's
+    // own, or dm's clone of one), a passthrough command. A request ended
+    // with nothing left to transfer is none of these, and was either
+    // counted already or never issued: dm ends each request a second time
+    // once its clone's data is in; the flush machinery ends a caller's
+    // empty flush (never issued: its flush request was) and a data request
+    // after the flush that follows it. Counting those kept the in-flight
+    // count off by one per flush sequence.
+    if len == 0 && op != l.op_flush && dir != DIR_OTHER {
         return Ok(());
     }
     let s = stats(slot).ok_or(-1)?;
