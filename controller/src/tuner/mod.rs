@@ -1416,7 +1416,6 @@ fn trial_value(k: Knob, s: &Settings) -> String {
     }
 }
 
-/// Ratio of the largest to the smallest capacity.
 /// Paths (or their weights) that differ this much, fastest over slowest,
 /// are unequal: worth weighting, and round-robin holds them back.
 const UNEVEN: f64 = 1.5;
@@ -1425,6 +1424,7 @@ fn clearly_unequal(c: &[f64]) -> bool {
     spread(c) > UNEVEN
 }
 
+/// Ratio of the largest to the smallest capacity.
 fn spread(c: &[f64]) -> f64 {
     let max = c.iter().cloned().fold(0.0, f64::max);
     let min = c.iter().cloned().fold(f64::INFINITY, f64::min);
