@@ -1,5 +1,6 @@
 //! Block devices as the user names them (`/dev/sdb`, `sdb`, `8:16`) and as
 //! the kernel numbers them, resolved through sysfs.
+use pathpilot_common::{DIR_DISCARD, DIR_FLUSH, DIR_READ, DIR_WRITE, DIRS};
 use std::{fmt, fs, path::Path, str::FromStr};
 
 use thiserror::Error;
@@ -136,6 +137,37 @@ pub fn io_ticks_ms(stat: &str) -> Option<u64> {
     stat.split_whitespace().nth(9)?.parse().ok()
 }
 
+/// What the kernel counted as completed on a device, by direction (the
+/// `DIR_*` indices of the probes' counters): requests and bytes, from its
+/// sysfs `stat`. Reads, writes and discards carry bytes; flushes are
+/// counted only by kernels that have the field (4.18 and later).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    pub ios: [u64; DIRS],
+    pub bytes: [u64; DIRS],
+}
+
+/// The kernel's completed requests and bytes from a sysfs `stat` (fields
+/// 1 and 3 reads, 5 and 7 writes, 12 and 14 discards, 16 flushes; a field
+/// the kernel does not have reads as 0).
+pub fn kernel_counts(stat: &str) -> Option<KernelCounts> {
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    if f.len() < 11 {
+        return None;
+    }
+    let mut k = KernelCounts::default();
+    for (dir, ios, sectors) in [(DIR_READ, 0, 2), (DIR_WRITE, 4, 6), (DIR_DISCARD, 11, 13)] {
+        k.ios[dir] = at(ios);
+        k.bytes[dir] = at(sectors) << 9;
+    }
+    k.ios[DIR_FLUSH] = at(15);
+    Some(k)
+}
+
 /// The name of a device number for display, `M:m` when sysfs has no name.
 pub fn display_name(dev: DevNum) -> String {
     BlockDev::from_dev(dev)
@@ -152,6 +184,26 @@ mod tests {
         let stat = "  1459   0  45398   2205   11   4   120   9   0   1713   2215   0 0 0 0 0 0\n";
         assert_eq!(io_ticks_ms(stat), Some(1713));
         assert_eq!(io_ticks_ms("1 2 3"), None);
+    }
+
+    #[test]
+    fn kernel_counts_read_each_direction_from_stat() {
+        // 6.x: 17 fields (reads, writes, in flight and busy time, discards,
+        // flushes).
+        let stat = "  4000  1  32000  900  500  2  4000  80  0  1713  990  7  0  56  3  957  40";
+        let k = kernel_counts(stat).unwrap();
+        assert_eq!(k.ios[DIR_READ], 4000);
+        assert_eq!(k.bytes[DIR_READ], 32000 * 512);
+        assert_eq!((k.ios[DIR_WRITE], k.bytes[DIR_WRITE]), (500, 4000 * 512));
+        assert_eq!((k.ios[DIR_DISCARD], k.bytes[DIR_DISCARD]), (7, 56 * 512));
+        assert_eq!(k.ios[DIR_FLUSH], 957);
+        assert_eq!(k.ios[pathpilot_common::DIR_OTHER], 0);
+        // 4.x before discards: no discard or flush figures, the rest read.
+        let old = kernel_counts("10 0 80 1 2 0 16 1 0 5 6").unwrap();
+        assert_eq!((old.ios[DIR_READ], old.ios[DIR_WRITE]), (10, 2));
+        assert_eq!((old.ios[DIR_DISCARD], old.ios[DIR_FLUSH]), (0, 0));
+        assert_eq!(kernel_counts("1 2 3"), None);
+        assert_eq!(kernel_counts("1 2 x 4 5 6 7 8 9 10 11"), None);
     }
 
     #[test]

@@ -44,7 +44,13 @@ pub struct DeviceInterval {
     pub avg_request_bytes: f64,
     /// Data requests by size: bucket lower bound in bytes -> count.
     pub size_hist: BTreeMap<u64, u64>,
+    /// Completions the probes saw (the figures by direction above may
+    /// include `untraced_ios` more).
     pub completed: u64,
+    /// Completions the kernel counted that its tracepoint never reported:
+    /// the direction figures are raised to the kernel's count; sizes,
+    /// latency and the rest cover what the probes saw.
+    pub untraced_ios: u64,
     /// Latency samples (completions matched to their issue).
     pub lat_samples: u64,
     /// Issue-to-complete latency by bucket: lower bound in ns -> count.
@@ -215,6 +221,7 @@ impl DeviceInterval {
             },
             size_hist: nonzero_buckets(&size, hist::bucket_low),
             completed: d(cs.completed, ps.completed),
+            untraced_ios: d(c.untraced, p.untraced),
             lat_samples,
             lat_hist: nonzero_buckets(&lat, hist::bucket_low),
             lat_mean_us: (lat_samples > 0)
@@ -348,6 +355,7 @@ mod tests {
                     inflight: 1,
                     inflight_peak: peak,
                     silent_ns: None,
+                    untraced: 0,
                 },
             )]
             .into(),

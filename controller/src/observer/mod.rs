@@ -13,13 +13,13 @@ use aya::{
     util::nr_cpus,
 };
 use pathpilot_common::{
-    CgroupCache, CgroupKey, CgroupStats, DIR_OTHER, DevShared, DevStats, MAX_SLOTS, SLOT_EMPTY,
-    SLOT_GONE, SLOT_PROBES, Slot, slot_home,
+    CgroupCache, CgroupKey, CgroupStats, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
+    DIRS, DevShared, DevStats, MAX_SLOTS, SLOT_EMPTY, SLOT_GONE, SLOT_PROBES, Slot, slot_home,
 };
 use thiserror::Error;
 
 use crate::{
-    blockdev::{self, BlockDev, DevNum},
+    blockdev::{self, BlockDev, DevNum, KernelCounts},
     sysfs_attr::KeptFiles,
 };
 
@@ -100,6 +100,9 @@ pub struct DeviceCounters {
     /// With requests in flight: how long the device has completed nothing
     /// (since its last completion, or since it became busy if later).
     pub silent_ns: Option<u64>,
+    /// Completions the kernel counted that the tracepoint never reported
+    /// to the probes (since the device was watched); `stats` includes them.
+    pub untraced: u64,
 }
 
 impl DeviceCounters {
@@ -108,7 +111,50 @@ impl DeviceCounters {
         inflight: 0,
         inflight_peak: 0,
         silent_ns: None,
+        untraced: 0,
     };
+}
+
+/// Raises the probes' per-direction counts to what the kernel counted as
+/// completed since `base` (a device's sysfs `stat` when it was watched),
+/// and returns by how many requests. The kernel's count is exact; the
+/// probes miss a completion the tracepoint does not report, which happens
+/// (a queue depth's worth at once now and then on 6.18 loop devices, with
+/// no recursion miss on the program). Only a floor: where the probes count
+/// more (a path's flush clones, which the kernel does not count on the
+/// path; passthrough commands, which it never counts), theirs stands.
+///
+/// Writes are raised by their bytes: the kernel's write count also holds
+/// callers' empty flushes (never sent to the device; the probes count the
+/// flush request that was), so the requests behind missing bytes are
+/// taken at the mean size of the writes seen.
+pub fn floor_to_kernel(stats: &mut DevStats, now: &KernelCounts, base: &KernelCounts) -> u64 {
+    let since = |dir: usize| {
+        (
+            now.ios[dir].saturating_sub(base.ios[dir]),
+            now.bytes[dir].saturating_sub(base.bytes[dir]),
+        )
+    };
+    let mut raised = 0;
+    for dir in [DIR_READ, DIR_DISCARD, DIR_FLUSH] {
+        let (ios, bytes) = since(dir);
+        if ios > stats.ios[dir] {
+            raised += ios - stats.ios[dir];
+            stats.ios[dir] = ios;
+        }
+        stats.bytes[dir] = stats.bytes[dir].max(bytes);
+    }
+    let (_, bytes) = since(DIR_WRITE);
+    let (seen, seen_bytes) = (stats.ios[DIR_WRITE], stats.bytes[DIR_WRITE]);
+    if bytes > seen_bytes {
+        // With no write seen, no size to go by: one request at least.
+        let mean = seen_bytes.checked_div(seen).unwrap_or(bytes).max(1);
+        let missing = (bytes - seen_bytes).div_ceil(mean);
+        raised += missing;
+        stats.ios[DIR_WRITE] += missing;
+        stats.bytes[DIR_WRITE] = bytes;
+    }
+    raised
 }
 
 /// Everything the programs counted, as of one instant.
@@ -153,6 +199,9 @@ pub struct Observer {
     /// (the kernel's own count, read while the probes count some in
     /// flight: under load, most windows), kept open.
     sysfs_files: KeptFiles<(u32, &'static str)>,
+    /// Per watched device: the kernel's completed counts when it was
+    /// watched, the zero of its `untraced` floor (see `floor_to_kernel`).
+    kernel_base: StdHashMap<u32, KernelCounts>,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
@@ -165,9 +214,13 @@ pub struct Observer {
 struct Last {
     shared: DevShared,
     counters: DeviceCounters,
+    /// The completions the probes counted, by direction (`counters` may be
+    /// raised to the kernel's count): whether the device did I/O since.
+    traced_ios: [u64; DIRS],
     /// Cgroup bytes in the CPUs' caches.
     cgcache: Vec<(u64, CgroupStats)>,
     io_ticks_ms: Option<u64>,
+    kernel: Option<KernelCounts>,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> ObserveError {
@@ -265,6 +318,7 @@ impl Observer {
             snapshots: 0,
             last: StdHashMap::new(),
             sysfs_files: KeptFiles::default(),
+            kernel_base: StdHashMap::new(),
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -343,6 +397,13 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = k;
         self.last.remove(&k);
+        // Read once the slot is live: a completion the kernel counted
+        // before the probes could see it is not one they missed.
+        let base = self
+            .sysfs_attr(dev, "stat")
+            .and_then(|s| blockdev::kernel_counts(&s))
+            .unwrap_or_default();
+        self.kernel_base.insert(k, base);
         self.bump_generation()
     }
 
@@ -366,6 +427,7 @@ impl Observer {
             .map_err(map_err("SLOTS"))?;
         self.table[slot as usize] = mark;
         self.last.remove(&k);
+        self.kernel_base.remove(&k);
         self.forget_files(k);
         self.bump_generation()?;
         self.reset_slot(slot)?;
@@ -443,6 +505,16 @@ impl Observer {
         self.sysfs_files.retain(|(d, _)| *d != k);
     }
 
+    /// A slot's counters, summed over the CPUs.
+    fn read_stats(&self, slot: u32) -> Result<DevStats, ObserveError> {
+        let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
+        let mut sum = DevStats::ZERO;
+        for v in per_cpu.iter() {
+            add(&mut sum, v);
+        }
+        Ok(sum)
+    }
+
     /// Reads one device's counters in full: its STATS, its peak (then
     /// zeroed), and what `prev` (the last snapshot's read) cannot stand for
     /// -- the cgroup caches after bios, the busy time after data I/O.
@@ -454,20 +526,16 @@ impl Observer {
         prev: Option<&Last>,
         now_ns: u64,
     ) -> Result<Last, ObserveError> {
-        let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
-        let mut sum = DevStats::ZERO;
-        for v in per_cpu.iter() {
-            add(&mut sum, v);
-        }
+        let mut sum = self.read_stats(slot)?;
         // A count gone wrong (a completion whose issue came before the
-        // probes; on 6.18 loop devices, a depth's worth of completions now
-        // and then that the tracepoint never reported) is put right when
-        // the kernel says the device is idle.
-        if sh.inflight != 0
+        // probes, or one the tracepoint never reported: see
+        // `floor_to_kernel`) is put right when the kernel says the device
+        // is idle.
+        let corrected = sh.inflight != 0
             && self
                 .sysfs_attr(dev, "inflight")
-                .is_some_and(|t| inflight_of(&t) == 0)
-        {
+                .is_some_and(|t| inflight_of(&t) == 0);
+        if corrected {
             sh.inflight = 0;
             let _ = self.shared.set(slot, sh, 0);
         }
@@ -501,20 +569,35 @@ impl Observer {
                 },
             ),
         };
-        // Busy time moves with data I/O in flight, not with a passthrough
-        // command (a tick one did add is read with the next data I/O).
-        let io_ticks_ms = match prev {
+        // Busy time and the kernel's counts move with data I/O, not with a
+        // passthrough command (a tick one did add is read with the next
+        // data I/O); a count put right above may have missed completions.
+        let (io_ticks_ms, kernel) = match prev {
             Some(p)
                 if p.io_ticks_ms.is_some()
                     && sh.inflight == 0
-                    && p.counters.stats.ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
+                    && !corrected
+                    && p.traced_ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
             {
-                p.io_ticks_ms
+                (p.io_ticks_ms, p.kernel)
             }
-            _ => self
-                .sysfs_attr(dev, "stat")
-                .and_then(|s| blockdev::io_ticks_ms(&s)),
+            _ => match self.sysfs_attr(dev, "stat") {
+                Some(s) => (blockdev::io_ticks_ms(&s), blockdev::kernel_counts(&s)),
+                None => (None, None),
+            },
         };
+        let base = self.kernel_base.get(&dev.kernel()).copied();
+        let mut untraced = 0;
+        let mut traced_ios = sum.ios;
+        if let (Some(now), Some(base)) = (kernel, base) {
+            // The kernel's count was read after the probes': completions in
+            // between are not missed ones. Read the probes' again first.
+            if floor_to_kernel(&mut sum.clone(), &now, &base) > 0 {
+                sum = self.read_stats(slot)?;
+                traced_ios = sum.ios;
+            }
+            untraced = floor_to_kernel(&mut sum, &now, &base);
+        }
         Ok(Last {
             shared: sh,
             counters: DeviceCounters {
@@ -522,9 +605,12 @@ impl Observer {
                 inflight: sh.inflight.max(0) as u64,
                 inflight_peak: peak.max(sh.inflight).max(0) as u64,
                 silent_ns: silence(&sh, now_ns),
+                untraced,
             },
+            traced_ios,
             cgcache,
             io_ticks_ms,
+            kernel,
         })
     }
 
@@ -729,4 +815,50 @@ pub fn path_to_map(snap: &Snapshot) -> StdHashMap<DevNum, DevNum> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(reads: u64, writes: u64, flushes: u64) -> KernelCounts {
+        let mut k = KernelCounts::default();
+        k.ios[DIR_READ] = reads;
+        k.bytes[DIR_READ] = reads * 4096;
+        k.ios[DIR_WRITE] = writes;
+        k.bytes[DIR_WRITE] = writes * 4096;
+        k.ios[DIR_FLUSH] = flushes;
+        k
+    }
+
+    #[test]
+    fn counts_are_raised_to_the_kernels_since_the_watch_and_never_lowered() {
+        let base = kernel(1000, 50, 7);
+        let mut s = DevStats::ZERO;
+        s.ios[DIR_READ] = 3999;
+        s.bytes[DIR_READ] = 3999 * 4096;
+        s.ios[DIR_WRITE] = 500;
+        s.bytes[DIR_WRITE] = 500 * 4096;
+        // A path's flush clones: the kernel does not count them there.
+        s.ios[DIR_FLUSH] = 41;
+        s.ios[DIR_OTHER] = 12;
+        // The kernel's writes hold 300 empty flushes of callers: no bytes.
+        let mut now = kernel(5000, 550, 7);
+        now.ios[DIR_WRITE] += 300;
+        let raised = floor_to_kernel(&mut s, &now, &base);
+        assert_eq!(raised, 1, "one read the tracepoint did not report");
+        assert_eq!((s.ios[DIR_READ], s.bytes[DIR_READ]), (4000, 4000 * 4096));
+        assert_eq!((s.ios[DIR_WRITE], s.bytes[DIR_WRITE]), (500, 500 * 4096));
+        assert_eq!((s.ios[DIR_FLUSH], s.ios[DIR_OTHER]), (41, 12));
+        // A write not reported: its bytes are missing, at the writes' size.
+        s.ios[DIR_WRITE] = 499;
+        s.bytes[DIR_WRITE] = 499 * 4096;
+        assert_eq!(floor_to_kernel(&mut s, &now, &base), 1);
+        assert_eq!((s.ios[DIR_WRITE], s.bytes[DIR_WRITE]), (500, 500 * 4096));
+        // A kernel count that went back (a new device under the old
+        // number) raises nothing.
+        let mut t = DevStats::ZERO;
+        assert_eq!(floor_to_kernel(&mut t, &kernel(10, 0, 0), &base), 0);
+        assert_eq!(t, DevStats::ZERO);
+    }
 }

@@ -161,6 +161,7 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         disk_major: major,
         // REQ_OP_BITS is a macro (8 since Linux 4.x), not in BTF.
         op_mask: 0xff,
+        op_read: op("REQ_OP_READ")?,
         op_write: op("REQ_OP_WRITE")?,
         op_flush: op("REQ_OP_FLUSH")?,
         op_discard: op("REQ_OP_DISCARD")?,
@@ -227,7 +228,10 @@ print fmt: \"%d,%d\"
         let btf = super::super::btf::Btf::from_sys().expect("kernel BTF");
         let l = layout(&root, &btf).expect("layout");
         assert_eq!(l.rq_q, 0);
-        assert_eq!((l.op_write, l.op_flush, l.op_discard), (1, 2, 3));
+        assert_eq!(
+            (l.op_read, l.op_write, l.op_flush, l.op_discard),
+            (0, 1, 2, 3)
+        );
         assert!(l.op_drv_in > l.op_discard && l.op_drv_out == l.op_drv_in + 1);
         assert_ne!(l.bio_queue_sector, 0);
     }

@@ -252,6 +252,7 @@ pub struct Layout {
     pub disk_major: u32,
     /// `enum req_op` values (the low bits of cmd_flags under `op_mask`).
     pub op_mask: u32,
+    pub op_read: u32,
     pub op_write: u32,
     pub op_flush: u32,
     pub op_discard: u32,
@@ -284,6 +285,7 @@ impl Layout {
         q_disk: 0,
         disk_major: 0,
         op_mask: 0,
+        op_read: 0,
         op_write: 0,
         op_flush: 0,
         op_discard: 0,

@@ -124,7 +124,7 @@ impl<const N: usize> Words<N> {
 
 /// What the issue and requeue probes read of a request (its queue, op,
 /// size and position lie in the first 64 bytes), and what the completion
-/// probe reads (the bio pointer and the time stamps too).
+/// probe reads (the time stamps too).
 type RqHead = Words<8>;
 type Rq = Words<{ RQ_CHUNK / 8 }>;
 /// The start of a classic tracepoint's record: the fields the probes read
@@ -161,13 +161,16 @@ fn slot_of_queue(l: &Layout, q: u64) -> Option<u32> {
     (e.slot != NO_SLOT).then_some(e.slot)
 }
 
-/// A request's direction from its operation (`enum req_op`).
+/// A request's direction from its operation (`enum req_op`), as the
+/// kernel's diskstats group it: a zone command (no data) counts as a read
+/// or a write like any other operation.
 #[inline(always)]
 fn direction(l: &Layout, op: u32, data_len: u32) -> usize {
     if op == l.op_drv_in || op == l.op_drv_out {
         // SCSI passthrough (a checker's TEST UNIT READY): neither data nor a flush.
         DIR_OTHER
-    } else if op == l.op_flush || data_len == 0 {
+    } else if op == l.op_flush || (op == l.op_write && data_len == 0) {
+        // A flush request, or a caller's empty flush (a write of nothing).
         DIR_FLUSH
     } else if op == l.op_discard {
         DIR_DISCARD
@@ -177,6 +180,14 @@ fn direction(l: &Layout, op: u32, data_len: u32) -> usize {
     } else {
         DIR_READ
     }
+}
+
+/// A read or write ended with nothing left to transfer: not a request the
+/// device executed (see `try_complete`). Zone commands carry no data and
+/// are executed.
+#[inline(always)]
+fn nothing_left(l: &Layout, op: u32, data_len: u32) -> bool {
+    data_len == 0 && (op == l.op_read || op == l.op_write)
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_issue")]
@@ -205,7 +216,7 @@ fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
     let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
     let len = r.u32_at(l.rq_data_len);
     let dir = direction(&l, op, len);
-    if dir != DIR_FLUSH && dir != DIR_OTHER {
+    if dir != DIR_FLUSH && dir != DIR_OTHER && len != 0 {
         let sector = r.u64_at(l.rq_sector);
         let s = stats(slot).ok_or(-1)?;
         if sh.next_sector == sector {
@@ -265,14 +276,14 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     let dir = direction(&l, op, len);
     // Only what the device executed counts, as the kernel's diskstats
     // count it: a data request's data, a flush request (the block layer's
-    // own, or dm's clone of one), a passthrough command. A request ended
-    // with nothing left to transfer is none of these, and was either
-    // counted already or never issued: dm ends each request a second time
-    // once its clone's data is in; the flush machinery ends a caller's
-    // empty flush (never issued: its flush request was) and a data request
-    // after the flush that follows it. Counting those kept the in-flight
-    // count off by one per flush sequence.
-    if len == 0 && op != l.op_flush && dir != DIR_OTHER {
+    // own, or dm's clone of one), a zone command, a passthrough command. A
+    // read or write ended with nothing left to transfer is none of these,
+    // and was either counted already or never issued: dm ends each request
+    // a second time once its clone's data is in; the flush machinery ends a
+    // caller's empty flush (never issued: its flush request was) and a data
+    // request after the flush that follows it. Counting those kept the
+    // in-flight count off by one per flush sequence.
+    if nothing_left(&l, op, len) {
         return Ok(());
     }
     let s = stats(slot).ok_or(-1)?;
@@ -292,7 +303,7 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     if error as u8 != 0 {
         s.errors += 1;
     }
-    if dir != DIR_FLUSH && dir != DIR_OTHER {
+    if dir != DIR_FLUSH && dir != DIR_OTHER && len != 0 {
         if let Some(h) = s.size_hist.get_mut(log2(len as u64).min(SIZE_BUCKETS - 1)) {
             *h += 1;
         }

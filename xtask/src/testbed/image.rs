@@ -50,11 +50,17 @@ const MODULES: &[(&str, bool)] = &[
     ("9pnet_virtio", true),
 ];
 
+/// Modules in the image that a test loads itself, with its own parameters
+/// (null_blk: a zoned device, `modprobe null_blk zoned=1 ...`); loaded at
+/// boot they would add devices every test would see.
+const ON_DEMAND: &[&str] = &["null_blk"];
+
 /// Host binaries copied into the base layer with their library closure.
 /// (flock: tests hold a map's lock file as another writer would.)
 /// (udevadm: multipath-tools finds paths through udev's database, so its
 /// baseline runs udevd; the same binary is systemd-udevd.)
 /// (multipathd: the marginal bench's row of multipath-tools' own daemon.)
+/// (blkzone: zone commands on a zoned null_blk, for the observer's test.)
 const BINARIES: &[&str] = &[
     "dmsetup",
     "fio",
@@ -62,6 +68,7 @@ const BINARIES: &[&str] = &[
     "multipathd",
     "flock",
     "udevadm",
+    "blkzone",
 ];
 
 /// What udev needs to fill its database for multipath-tools: the helpers
@@ -391,7 +398,11 @@ fn stamp(p: &Path) -> Option<String> {
 /// What the base layer is made of, as this build of xtask says: a layer
 /// made from another recipe (a binary or module added) is not reused.
 fn recipe() -> String {
-    let mods: Vec<String> = MODULES.iter().map(|(m, r)| format!("{m}:{r}")).collect();
+    let mods: Vec<String> = MODULES
+        .iter()
+        .map(|(m, r)| format!("{m}:{r}"))
+        .chain(ON_DEMAND.iter().map(|m| format!("{m}:demand")))
+        .collect();
     Key::new()
         .with("base-v2")
         .with(BINARIES.join(","))
@@ -442,7 +453,11 @@ fn base_layer(dir: &Path, kdir: &Path, release: &str) -> Result<(PathBuf, String
     // Modules with dependencies, straight from the kernel's modules.dep.
     let mut mods = BTreeMap::new();
     let mut load = Vec::new();
-    for (m, required) in MODULES {
+    let wanted = MODULES
+        .iter()
+        .map(|(m, required)| (m, *required, true))
+        .chain(ON_DEMAND.iter().map(|m| (m, false, false)));
+    for (m, required, at_boot) in wanted {
         let out = Command::new("modprobe")
             .arg("-d")
             .arg(&root)
@@ -450,7 +465,7 @@ fn base_layer(dir: &Path, kdir: &Path, release: &str) -> Result<(PathBuf, String
             .output()
             .context("cannot run modprobe (kmod)")?;
         if !out.status.success() {
-            if *required {
+            if required {
                 bail!(
                     "module {m} not found in the kernel {release}: {}",
                     String::from_utf8_lossy(&out.stderr).trim()
@@ -458,7 +473,9 @@ fn base_layer(dir: &Path, kdir: &Path, release: &str) -> Result<(PathBuf, String
             }
             continue;
         }
-        load.push(*m);
+        if at_boot {
+            load.push(*m);
+        }
         for l in String::from_utf8_lossy(&out.stdout).lines() {
             if let Some(f) = l.strip_prefix("insmod ") {
                 let f = f.split_whitespace().next().unwrap_or_default();
