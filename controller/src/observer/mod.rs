@@ -398,12 +398,14 @@ impl Observer {
         self.table[slot as usize] = k;
         self.last.remove(&k);
         // Read once the slot is live: a completion the kernel counted
-        // before the probes could see it is not one they missed.
-        let base = self
+        // before the probes could see it is not one they missed. With no
+        // base there is no floor (a zero one would count since boot).
+        if let Some(base) = self
             .sysfs_attr(dev, "stat")
             .and_then(|s| blockdev::kernel_counts(&s))
-            .unwrap_or_default();
-        self.kernel_base.insert(k, base);
+        {
+            self.kernel_base.insert(k, base);
+        }
         self.bump_generation()
     }
 
