@@ -488,12 +488,31 @@ impl Tuner {
         self.phase = Phase::Baseline(vec![]);
     }
 
-    /// The daemon changed how many paths are active: when the tuner had
-    /// left that count as it found it, where it started is the new count
-    /// (else "back to the initial" would ask for paths that are not there).
+    /// The daemon changed the paths in service (`now` is what the kernel
+    /// holds on them). When the tuner had left the active count as it
+    /// found it, where it started is the new count (else "back to the
+    /// initial" would ask for paths that are not there). Weights are by
+    /// path position, so those kept from before (where it started, and
+    /// each workload's best known settings) would land on other paths,
+    /// and a snap-back's read-back would report the knob ignored: the
+    /// paths' own now. A remembered selector and the queue knobs stay.
     fn follow_paths(&mut self, now: &Settings) {
         if self.current.active_paths == self.initial.active_paths {
             self.initial.active_paths = now.active_paths;
+        }
+        let on_these_paths = |s: &mut Settings| {
+            s.active_paths = now.active_paths;
+            s.weights = if s.selector == Selector::ServiceTime {
+                now.weights.clone()
+            } else {
+                vec![]
+            };
+        };
+        if !self.initial.weights.is_empty() {
+            self.initial.weights = now.weights.clone();
+        }
+        for (s, _) in self.memory.values_mut() {
+            on_these_paths(s);
         }
     }
 

@@ -739,6 +739,57 @@ fn a_path_set_aside_is_not_asked_back_by_the_tuner() {
 }
 
 #[test]
+fn settings_remembered_on_other_paths_are_not_snapped_back_onto_these() {
+    // Random reads weight 4 paths; large reads come; the daemon sets the
+    // second path aside. When random reads return, their best known
+    // weights (4, by position) must not land on the 3 left: the kernel
+    // would take the first three (the set-aside path's among them) and
+    // the read-back would call the weights ignored.
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let h = Health::default();
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &h);
+    assert_eq!(r.tuner.settings().weights, vec![13, 25, 50, 100]);
+    r.steps(&mut p, 2, 1024.0, 1.0, 1.0, &h);
+    let mut now = r.tuner.settings().clone();
+    now.active_paths = 3;
+    if !now.weights.is_empty() {
+        now.weights.remove(1);
+    }
+    r.tuner
+        .health_changed(r.t, "path sdb marginal".into(), Some(now));
+    r.tuner.drain();
+    r.applied.clear();
+    let mut p = Plant::new(asym, vec![10.0, 40.0, 80.0]);
+    // The kernel on 3 paths: a weight per path, 3 active at most.
+    p.keeps = Box::new(|_, req| {
+        let mut s = req.clone();
+        s.weights.truncate(3);
+        s.active_paths = s.active_paths.min(3);
+        s
+    });
+    r.steps(&mut p, 4, 1024.0, 1.0, 1.0, &h);
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &h);
+    assert!(
+        r.applied
+            .iter()
+            .all(|(_, s)| s.weights.len() != 4 && s.active_paths <= 3),
+        "{:?}",
+        r.applied
+    );
+    let log = r.tuner.drain();
+    assert!(
+        log.iter().all(|d| d.outcome != Outcome::Ignored),
+        "{log:#?}"
+    );
+    // What the paths do not shape (the queue knobs) is still remembered.
+    assert!(
+        log.iter().any(|d| d.outcome == Outcome::SnapBack),
+        "{log:#?}"
+    );
+}
+
+#[test]
 fn fixed_groups_are_never_regrouped() {
     // Small sequential writes would try fewer active paths: not on a map
     // whose groups are not the tuner's.
