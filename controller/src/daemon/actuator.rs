@@ -89,8 +89,11 @@ pub fn settings_of(table: &MultipathTable, t: &Target, files: &mut KnobFiles) ->
     })
 }
 
-/// The table for `s`: the first `active_paths` paths (in the tuner's order)
-/// in group 1, the others in a standby group 2; features and hardware
+/// The table for `s`: `active_paths` paths in group 1, the others in a
+/// standby group 2, each group in the tuner's order. The active ones are
+/// those of the highest service-time weights (the weights are the paths'
+/// measured capacity; ties and unweighted paths go by the tuner's order):
+/// fewer paths must not mean the slowest ones. Features and hardware
 /// handler kept from `current`. With fixed groups, `current`'s groups stay
 /// as they are: the selector changes in each, and the weights of the
 /// first group's paths.
@@ -112,9 +115,17 @@ pub fn table_for(current: &MultipathTable, t: &Target, s: &Settings) -> Result<M
         })
     };
     let k = s.active_paths.clamp(1, t.paths.len().max(1));
+    let weight = |i: usize| match s.selector {
+        Selector::ServiceTime => s.weights.get(i).copied().unwrap_or(1),
+        _ => 1,
+    };
+    let mut rank: Vec<usize> = (0..t.paths.len()).collect();
+    rank.sort_by_key(|&i| std::cmp::Reverse(weight(i)));
+    let active = |i: usize| rank[..k.min(rank.len())].contains(&i);
     let mut groups = vec![];
-    for range in [0..k, k..t.paths.len()] {
-        let paths = range
+    for in_group_1 in [true, false] {
+        let paths = (0..t.paths.len())
+            .filter(|&i| active(i) == in_group_1)
             .map(|i| -> Result<MPath> {
                 Ok(MPath {
                     dev: t.paths[i].1,
@@ -260,6 +271,25 @@ mod tests {
         assert_eq!(
             t.render_line(),
             "0 2097152 multipath 1 queue_if_no_path 0 2 1 queue-length 0 2 1 8:0 1 8:16 1 queue-length 0 2 1 8:32 1 8:48 1"
+        );
+        // Fewer weighted paths: the two of the most capacity stay active,
+        // in path order, whatever their place in the map.
+        s.selector = Selector::ServiceTime;
+        s.weights = vec![50, 13, 100, 25];
+        let t = table_for(&cur, &target(&paths), &s).unwrap();
+        assert_eq!(
+            t.render_line(),
+            "0 2097152 multipath 1 queue_if_no_path 0 2 1 service-time 0 2 2 8:0 1 50 8:32 1 100 service-time 0 2 2 8:16 1 13 8:48 1 25"
+        );
+        s.active_paths = 1;
+        s.weights = vec![100, 100, 13, 25];
+        let t = table_for(&cur, &target(&paths), &s).unwrap();
+        assert!(
+            t.render_line().contains(
+                "service-time 0 1 2 8:0 1 100 service-time 0 3 2 8:16 1 100 8:32 1 13 8:48 1 25"
+            ),
+            "{}",
+            t.render_line()
         );
     }
 
