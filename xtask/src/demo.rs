@@ -121,19 +121,40 @@ fn workload(phase: u64) -> String {
     )
 }
 
-/// MiB/s of `secs` of phase `args` on the map, after a 1 s ramp.
+/// MiB/s of `secs` of phase `args` on the map, after a 1 s ramp: the
+/// median of fio's per-second figures, as the phase table takes the tuned
+/// run's, so that a second the host stole from the guest weighs the same
+/// on both sides.
 fn measure(tb: &Testbed, args: &str, secs: u64) -> Result<f64> {
     let out = tb.sh(&format!(
-        "fio --name=s --filename=/dev/mapper/mpatha --direct=1 --ioengine=libaio --time_based \
-         --ramp_time=1 --runtime={secs} --output-format=terse --terse-version=3 {args} 2>&1"
+        "rm -f /tmp/static_bw.1.log; fio --name=s --filename=/dev/mapper/mpatha --direct=1 \
+         --ioengine=libaio --time_based --runtime={} --output=/dev/null \
+         --write_bw_log=/tmp/static --log_avg_msec=1000 {args} 2>&1 && \
+         cut -d, -f1,2 /tmp/static_bw.1.log",
+        secs + 1
     ))?;
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("3;"))
-        .with_context(|| format!("no fio result: {out}"))?;
-    let f: Vec<&str> = line.split(';').collect();
-    let kib = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    Ok((kib(6) + kib(47)) / 1024.0)
+    let mut per_sec = per_second(&out)?;
+    per_sec.retain(|p| p.0 > 1.0);
+    if per_sec.is_empty() {
+        bail!("no fio per-second figures: {out}");
+    }
+    Ok(median(per_sec.iter().map(|p| p.1).collect()))
+}
+
+/// (second, MiB/s) from fio bw log lines `msec, KiB/s`.
+fn per_second(log: &str) -> Result<Vec<(f64, f64)>> {
+    let mut v = vec![];
+    for l in log.lines() {
+        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        if let [t, kib] = f.as_slice() {
+            v.push((t.parse::<f64>()? / 1000.0, kib.parse::<f64>()? / 1024.0));
+        }
+    }
+    Ok(v)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    crate::bench::median(&mut v)
 }
 
 /// The best static setting of each phase: (setting, MiB/s).
@@ -158,7 +179,7 @@ fn yardstick(tb: &Testbed, secs: u64) -> Result<Vec<(String, f64)>> {
 type PhaseRun = (u32, String, Vec<(f64, f64)>);
 
 /// Throughput at the start and at the end of each phase run, from fio's
-/// per-second log: the mean of seconds 2-6 and of the last 5.
+/// per-second log: the median of seconds 2-6 and of the last 5.
 fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
     let out = tb.sh("for p in /tmp/phase-*; do i=${p#/tmp/phase-}; \
          [ -s /tmp/bw-${i}_bw.1.log ] || continue; \
@@ -168,17 +189,16 @@ fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
         let f: Vec<&str> = l.split_whitespace().collect();
         match f.as_slice() {
             ["P", i, name] => runs.push((i.parse()?, name.to_string(), vec![])),
-            ["L", t, kib] => {
+            ["L", rest @ ..] => {
                 if let Some(r) = runs.last_mut() {
-                    let t: f64 = t.trim_end_matches(',').parse()?;
-                    r.2.push((t / 1000.0, kib.parse::<f64>()? / 1024.0));
+                    r.2.extend(per_second(&rest.join(" "))?);
                 }
             }
             _ => {}
         }
     }
     runs.sort_by_key(|r| r.0);
-    let mean = |v: &[(f64, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len().max(1) as f64;
+    let mid = |v: &[(f64, f64)]| median(v.iter().map(|x| x.1).collect());
     let mut s = format!(
         "{:<30} {:>11} {:>9} {:>11}  {:<26} {:>8}\n",
         "phase", "start MiB/s", "end MiB/s", "best static", "(setting)", "end/best"
@@ -194,11 +214,11 @@ fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
             .collect();
         let tail = &pts[pts.len().saturating_sub(5)..];
         let (b, bm) = &best[pi];
-        let end = mean(tail);
+        let end = mid(tail);
         s.push_str(&format!(
             "{:<30} {:>11.1} {:>9.1} {:>11.1}  {:<26} {:>7.0}%\n",
             format!("{i}. {name}"),
-            mean(&start),
+            mid(&start),
             end,
             bm,
             b,
@@ -414,4 +434,17 @@ pub fn run_demo(args: Args) -> Result<()> {
         phase_table(&tb, &best)?
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fio_bw_log_lines_become_seconds_and_mib_s() {
+        let v = per_second("1000, 10240\n2000, 20480\n\n3000, 5120\n").unwrap();
+        assert_eq!(v, vec![(1.0, 10.0), (2.0, 20.0), (3.0, 5.0)]);
+        assert_eq!(median(v.iter().map(|p| p.1).collect()), 10.0);
+        assert!(per_second("1000, x").is_err());
+    }
 }
