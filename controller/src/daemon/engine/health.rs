@@ -28,12 +28,14 @@ impl Engine {
         }
         let mode = tu.mode();
         // A path's usual standing among its peers depends on how I/O is
-        // routed to them and on the I/O: learnt per setting and workload.
+        // routed to them and on the I/O: learnt per setting and workload
+        // (and request size limit, which cuts the I/O into requests).
         let s = tu.settings();
         let routing = marginal::Routing::new(
             s.selector.name(),
             format!("{:?} {}", s.weights, s.active_paths),
             tu.class().map_or_else(|| "idle".to_string(), |c| c.key()),
+            s.max_sectors_kb,
         );
         let secs = pis.first().map_or(0.0, |i| i.interval_s);
         let samples: Vec<marginal::Sample> = m
