@@ -29,13 +29,15 @@ impl Engine {
         let mode = tu.mode();
         // A path's usual standing among its peers depends on how I/O is
         // routed to them and on the I/O: learnt per setting and workload
-        // (and request size limit, which cuts the I/O into requests).
+        // (and request size limit and queue depth, which shape the requests
+        // each path holds).
         let s = tu.settings();
         let routing = marginal::Routing::new(
             s.selector.name(),
             format!("{:?} {}", s.weights, s.active_paths),
             tu.class().map_or_else(|| "idle".to_string(), |c| c.key()),
             s.max_sectors_kb,
+            s.queue_depth,
         );
         let secs = pis.first().map_or(0.0, |i| i.interval_s);
         let samples: Vec<marginal::Sample> = m

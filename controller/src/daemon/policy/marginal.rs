@@ -13,20 +13,22 @@
 //! peers' in the same class (a slower array slows every path alike), and
 //! that ratio by the path's usual one (paths of unequal speed are normal:
 //! the tuner's business). The usual ratio is learnt per routing setting
-//! (selector, weights, active paths, request size limit), workload class
-//! and size class (how loaded each path runs depends on all of them), from the first
+//! (selector, weights, active paths, request size limit, path queue
+//! depth), workload class and size class (how loaded each path runs
+//! depends on all of them), from the first
 //! `LEARN_WINDOWS` windows under it and then from healthy windows: an
 //! idle path's latency is not a busy path's time per request, so the
 //! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
 //! (it gets little) and 30x under round-robin (it queues), and a trial of
 //! the tuner is no sickness. A setting not learnt yet is judged against
-//! the most lenient usual ratio learnt under the same selector, workload
-//! and request size limit (the tuner moves weights and active paths
-//! often, and a path that sickens just then must not be learnt as usual);
-//! with none (a new workload: the ratios of another say nothing of this
-//! one, as a 40 MiB/s path runs full under sequential 1 MiB reads where it
-//! idled under random 64 KiB ones; or a new request size limit, which cuts
-//! the same I/O into other requests), latency judges nothing until learnt.
+//! the most lenient usual ratio learnt under the same selector, workload,
+//! request size limit and queue depth (the tuner moves weights and active
+//! paths often, and a path that sickens just then must not be learnt as
+//! usual); with none (a new workload: the ratios of another say nothing
+//! of this one, as a 40 MiB/s path runs full under sequential 1 MiB reads
+//! where it idled under random 64 KiB ones; or a new request size limit or
+//! queue depth, which cut the same I/O into other requests or hold it
+//! elsewhere), latency judges nothing until learnt.
 //! A path is *bad* in a window when that is at least `latency_ratio`;
 //! *marginal* when bad for `sample_secs` on end.
 //! Errors are a rate over the last `ERROR_SPAN_SECS`, from the first
@@ -98,18 +100,28 @@ pub struct Routing {
     pub detail: String,
     /// The workload class (the tuner's), or "idle".
     pub workload: String,
-    /// The map's request size limit (max_sectors_kb): it decides how the
-    /// workload's I/O is cut into the requests the paths serve.
+    /// The map's request size limit (max_sectors_kb) and its paths' queue
+    /// depth: how the workload's I/O is cut into requests and how many of
+    /// them each path holds at once (at queue depth 1, paths at their cap
+    /// run at 12x the service time of idle peers that were level at 128).
     pub max_request_kb: u32,
+    pub queue_depth: u32,
 }
 
 impl Routing {
-    pub fn new(selector: &str, detail: String, workload: String, max_request_kb: u32) -> Self {
+    pub fn new(
+        selector: &str,
+        detail: String,
+        workload: String,
+        max_request_kb: u32,
+        queue_depth: u32,
+    ) -> Self {
         Routing {
             selector: selector.to_string(),
             detail,
             workload,
             max_request_kb,
+            queue_depth,
         }
     }
 }
@@ -522,8 +534,8 @@ fn judge(
     let l = r.ln();
     let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(u.exp());
     // Its usual ratio under this routing, else, while this routing learns,
-    // the most lenient one learnt under the same selector, workload and
-    // request size limit.
+    // the most lenient one learnt under the same selector, workload,
+    // request size limit and queue depth.
     let (usual, own) = match usual.get(&key).and_then(learnt) {
         Some(u) => (Some(u), true),
         None => (
@@ -533,6 +545,7 @@ fn judge(
                     rt.selector == routing.selector
                         && rt.workload == routing.workload
                         && rt.max_request_kb == routing.max_request_kb
+                        && rt.queue_depth == routing.queue_depth
                         && *c == class
                 })
                 .filter_map(|(_, v)| learnt(v))
@@ -590,9 +603,11 @@ mod tests {
     }
 
     /// "selector detail" as a routing, "/workload" after it if not the
-    /// usual one, and "@max_sectors_kb" after that if not 1280.
+    /// usual one, and "@max_sectors_kb:queue_depth" after that if not
+    /// 1280:128.
     fn routing(setting: &str) -> Routing {
-        let (setting, kb) = setting.split_once('@').unwrap_or((setting, "1280"));
+        let (setting, queues) = setting.split_once('@').unwrap_or((setting, "1280:128"));
+        let (kb, qd) = queues.split_once(':').unwrap();
         let (setting, workload) = setting
             .split_once('/')
             .unwrap_or((setting, "read-medium-random"));
@@ -602,6 +617,7 @@ mod tests {
             detail.to_string(),
             workload.to_string(),
             kb.parse().unwrap(),
+            qd.parse().unwrap(),
         )
     }
 
@@ -764,7 +780,7 @@ mod tests {
         let whole = [(4.0, 10), (4.0, 10), (4.0, 10), (0.8, 60)];
         assert!(run_in(&mut m, weighted, 0.0, 30, &whole, &[]).is_empty());
         let pieces = [(0.8, 10), (0.8, 10), (0.8, 10), (3.0, 200)];
-        let split = format!("{weighted}@256");
+        let split = format!("{weighted}@256:128");
         let tr = run_in(&mut m, &split, 30.0, 30, &pieces, &[]);
         assert!(tr.is_empty(), "{tr:?}");
         // Learnt under the new limit, a path that sickens is seen.
@@ -773,6 +789,27 @@ mod tests {
         assert_eq!(tr.len(), 1, "{tr:?}");
         assert_eq!(tr[0].1.dev, d(48));
         assert!(tr[0].1.why.contains("usually 3.8x"), "{}", tr[0].1.why);
+    }
+
+    #[test]
+    fn a_new_queue_depth_is_learnt_not_judged_by_the_old_ones_usual() {
+        // Seen in a full merge bench (4 paths of 100 IOPS, 4 KiB sequential
+        // writes at QD32, service-time): level at queue depth 128, then at
+        // queue depth 1 two paths ran at their cap (12.5 ms a request)
+        // while two idled at 1 ms, and the busy ones were set aside.
+        let mut m = Model::new(Config::default());
+        let st = "st [] 4/write-small-sequential";
+        let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
+        assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
+        let qd1 = format!("{st}@1280:1");
+        let two_busy = [(12.5, 80), (1.0, 20), (1.0, 20), (12.5, 80)];
+        let tr = run_in(&mut m, &qd1, 30.0, 30, &two_busy, &[]);
+        assert!(tr.is_empty(), "{tr:?}");
+        // Learnt at the new depth, a path that sickens is seen.
+        let sick = [(150.0, 8), (1.0, 20), (1.0, 20), (12.5, 80)];
+        let tr = run_in(&mut m, &qd1, 60.0, 6, &sick, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].1.dev, d(0));
     }
 
     #[test]
