@@ -86,11 +86,8 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
     // the paths, not the emulated CPU, the limit (as on a SAN host), so
     // that the settings differ by what the paths can do: the CPU-bound
     // case is the bench's.
-    let tb = boot_or_skip!(
-        Testbed::builder()
-            .paths(4)
-            .caps_mib(&[4.0, 8.0, 16.0, 32.0])
-    );
+    const CAPS: [f64; 4] = [4.0, 8.0, 16.0, 32.0];
+    let tb = boot_or_skip!(Testbed::builder().paths(4).caps_mib(&CAPS));
     start_daemon(&tb, &config("tune", "round-robin"), "")?;
     // No load yet, so the tuner cannot have started a trial.
     ctl(&tb, r#"{"cmd":"mode","mode":"observe","map":"mpatha"}"#)?;
@@ -158,7 +155,7 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
     tb.wait_job(&load, Duration::from_secs(90))?;
     // From round-robin to 90% of what the paths can carry within 40 s
     // (issue 15): the best median of 5 of fio's seconds ending by then.
-    let per_sec = mib_per_second(&tb.sh("cut -d, -f1,2 /tmp/tuning_bw.1.log")?)?;
+    let per_sec = xtask::fio::bw_per_second(&tb.sh("cut -d, -f1,2 /tmp/tuning_bw.1.log")?)?;
     let reached = per_sec
         .windows(5)
         .filter(|w| w[4].0 <= 40.0)
@@ -169,7 +166,7 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         })
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .context("no fio seconds logged")?;
-    let caps = 4.0 + 8.0 + 16.0 + 32.0;
+    let caps: f64 = CAPS.iter().sum();
     eprintln!(
         "from round-robin: best 5 s median within 40 s {:.1} MiB/s ({:.0}% of the caps, by {:.0} s)",
         reached.1,
@@ -253,20 +250,6 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         reached.1
     );
     Ok(())
-}
-
-/// (second, MiB/s) from fio bw log lines `msec, KiB/s`.
-fn mib_per_second(log: &str) -> Result<Vec<(f64, f64)>> {
-    let mut v = vec![];
-    for l in log.lines() {
-        if let Some((t, kib)) = l.split_once(',') {
-            v.push((
-                t.trim().parse::<f64>()? / 1000.0,
-                kib.trim().parse::<f64>()? / 1024.0,
-            ));
-        }
-    }
-    Ok(v)
 }
 
 #[test]

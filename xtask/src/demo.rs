@@ -20,6 +20,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use xtask::{
+    fio::bw_per_second,
     testbed::{Job, Testbed},
     util::{run, workspace_root},
 };
@@ -133,24 +134,12 @@ fn measure(tb: &Testbed, args: &str, secs: u64) -> Result<f64> {
          cut -d, -f1,2 /tmp/static_bw.1.log",
         secs + 1
     ))?;
-    let mut per_sec = per_second(&out)?;
+    let mut per_sec = bw_per_second(&out)?;
     per_sec.retain(|p| p.0 > 1.0);
     if per_sec.is_empty() {
         bail!("no fio per-second figures: {out}");
     }
     Ok(median(per_sec.iter().map(|p| p.1).collect()))
-}
-
-/// (second, MiB/s) from fio bw log lines `msec, KiB/s`.
-fn per_second(log: &str) -> Result<Vec<(f64, f64)>> {
-    let mut v = vec![];
-    for l in log.lines() {
-        let f: Vec<&str> = l.split(',').map(str::trim).collect();
-        if let [t, kib] = f.as_slice() {
-            v.push((t.parse::<f64>()? / 1000.0, kib.parse::<f64>()? / 1024.0));
-        }
-    }
-    Ok(v)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -191,7 +180,7 @@ fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
             ["P", i, name] => runs.push((i.parse()?, name.to_string(), vec![])),
             ["L", rest @ ..] => {
                 if let Some(r) = runs.last_mut() {
-                    r.2.extend(per_second(&rest.join(" "))?);
+                    r.2.extend(bw_per_second(&rest.join(" "))?);
                 }
             }
             _ => {}
@@ -441,10 +430,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fio_bw_log_lines_become_seconds_and_mib_s() {
-        let v = per_second("1000, 10240\n2000, 20480\n\n3000, 5120\n").unwrap();
-        assert_eq!(v, vec![(1.0, 10.0), (2.0, 20.0), (3.0, 5.0)]);
+    fn the_median_of_fio_seconds() {
+        let v = bw_per_second("1000, 10240\n2000, 20480\n\n3000, 5120\n").unwrap();
         assert_eq!(median(v.iter().map(|p| p.1).collect()), 10.0);
-        assert!(per_second("1000, x").is_err());
     }
 }

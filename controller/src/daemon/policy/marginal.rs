@@ -100,11 +100,11 @@ pub struct Routing {
     pub detail: String,
     /// The workload class (the tuner's), or "idle".
     pub workload: String,
-    /// The map's request size limit (max_sectors_kb) and its paths' queue
+    /// The map's request size limit and its paths' queue
     /// depth: how the workload's I/O is cut into requests and how many of
     /// them each path holds at once (at queue depth 1, paths at their cap
     /// run at 12x the service time of idle peers that were level at 128).
-    pub max_request_kb: u32,
+    pub max_sectors_kb: u32,
     pub queue_depth: u32,
 }
 
@@ -113,14 +113,14 @@ impl Routing {
         selector: &str,
         detail: String,
         workload: String,
-        max_request_kb: u32,
+        max_sectors_kb: u32,
         queue_depth: u32,
     ) -> Self {
         Routing {
             selector: selector.to_string(),
             detail,
             workload,
-            max_request_kb,
+            max_sectors_kb,
             queue_depth,
         }
     }
@@ -544,7 +544,7 @@ fn judge(
                 .filter(|((rt, c), _)| {
                     rt.selector == routing.selector
                         && rt.workload == routing.workload
-                        && rt.max_request_kb == routing.max_request_kb
+                        && rt.max_sectors_kb == routing.max_sectors_kb
                         && rt.queue_depth == routing.queue_depth
                         && *c == class
                 })
