@@ -414,15 +414,53 @@ pub fn run_demo(args: Args) -> Result<()> {
     println!("demo: the map now:\n{}", tb.sh("pathpilot list")?);
     let s = status(&tb)?;
     println!("demo: decisions by outcome: {}", s["decision_counts"]);
-    // fio writes its log when it ends: stop the workload first.
-    tb.sh("kill $(cat /tmp/workload.pid); killall -INT fio; \
-         while pidof fio >/dev/null; do sleep 0.2; done")?;
+    let stopped = stop_workload(&tb)?;
     println!(
         "\ndemo: per phase, from round-robin (fio's per-second figures; best static \
          measured above in this boot, with the observer attached):\n{}",
         phase_table(&tb, &best)?
     );
+    if !stopped {
+        bail!(
+            "the workload did not stop within {STOP_SECS} s of SIGINT (its state is above); \
+             the table lacks the phase that was running"
+        );
+    }
     Ok(())
+}
+
+/// How long fio gets to finish its in-flight I/O and write its log.
+const STOP_SECS: u32 = 60;
+
+/// Stops the workload loop and fio (which writes its per-second log as it
+/// ends); whether fio ended. If it did not (once in six runs it hung past
+/// the guest command's timeout), what the guest looks like is printed (a
+/// map left suspended would hold fio's I/O) and fio is killed, so that the
+/// phases that did end still make their table.
+fn stop_workload(tb: &Testbed) -> Result<bool> {
+    let stopped = tb.run(&format!(
+        "kill $(cat /tmp/workload.pid); killall -INT fio; i=0; \
+         while pidof fio >/dev/null; do i=$((i+1)); [ $i -gt {} ] && exit 3; sleep 0.2; done",
+        STOP_SECS * 5
+    ))?;
+    if stopped.success() {
+        return Ok(true);
+    }
+    println!(
+        "demo: fio still running {STOP_SECS} s after SIGINT; the guest now:\n{}",
+        tb.run(
+            "for p in $(pidof fio); do echo \"fio $p: $(cut -d' ' -f3 /proc/$p/stat) \
+             waiting in $(cat /proc/$p/wchan)\"; done; \
+             dmsetup info -c; dmsetup status; \
+             grep -H . /sys/block/sd*/inflight /sys/block/dm-*/inflight; \
+             echo '--- the daemon log, last 30 lines'; tail -n 30 /tmp/daemon.log"
+        )
+        .map(|o| format!("{}{}", o.stdout_str(), o.stderr_str()))
+        .unwrap_or_else(|e| format!("(the guest did not answer: {e:#})"))
+        .trim_end()
+    );
+    tb.run("killall -KILL fio")?;
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -733,7 +733,7 @@ pub(crate) fn example_status() -> DaemonStatus {
                 ..Default::default()
             },
         ],
-        decisions: vec![
+        decisions: Arc::new(vec![
             decision(1, None, "", "", Outcome::Paused, "path sdc failed"),
             decision(
                 2,
@@ -751,7 +751,7 @@ pub(crate) fn example_status() -> DaemonStatus {
                 Outcome::Reverted,
                 "gain 1.2% within noise",
             ),
-        ],
+        ]),
         decision_counts: vec![
             ("kept".into(), 1),
             ("reverted".into(), 1),

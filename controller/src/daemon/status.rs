@@ -1,6 +1,8 @@
 //! The daemon's view of the world, as served over the control socket and
 //! rendered as metrics: the engine publishes a fresh [`DaemonStatus`] after
 //! every window; readers never wait on the engine.
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::tuner::{Decision, Mode, Settings};
@@ -146,8 +148,11 @@ pub struct DaemonStatus {
     /// A running multipathd, if any ("pid N"): its maps are left alone.
     pub multipathd: Option<String>,
     pub maps: Vec<MapState>,
-    /// The last decisions (newest last), at most `LOG_KEEP`.
-    pub decisions: Vec<LoggedDecision>,
+    /// The last decisions (newest last), at most `LOG_KEEP`. Shared with
+    /// the engine's own log: a status is published every window and on
+    /// every event, and copying up to `LOG_KEEP` decisions each time cost
+    /// more than the rest of the status once the log was full.
+    pub decisions: Arc<Vec<LoggedDecision>>,
     /// Tuner decisions counted since start, by outcome (for metrics).
     pub decision_counts: Vec<(String, u64)>,
     /// Entries of the observer's BPF maps: devices on the watch list and

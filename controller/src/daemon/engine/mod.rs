@@ -230,7 +230,9 @@ pub struct Engine {
     t0: Instant,
     started_unix: f64,
     next_seq: u64,
-    decisions: Vec<LoggedDecision>,
+    /// Shared with the published status: copied only when a decision is
+    /// logged while a reader still holds the previous status.
+    decisions: Arc<Vec<LoggedDecision>>,
     decision_counts: BTreeMap<String, u64>,
     multipathd: Option<String>,
     stop: Arc<AtomicBool>,
@@ -372,7 +374,7 @@ impl Engine {
             t0: Instant::now(),
             started_unix: unix_now(),
             next_seq: 1,
-            decisions: vec![],
+            decisions: Arc::default(),
             decision_counts: BTreeMap::new(),
             multipathd: multipathd::running(),
             stop,
@@ -988,7 +990,7 @@ impl Engine {
     }
 
     fn log_decision(
-        log: &mut Vec<LoggedDecision>,
+        log: &mut Arc<Vec<LoggedDecision>>,
         counts: &mut BTreeMap<String, u64>,
         seq: &mut u64,
         d: Decision,
@@ -1011,6 +1013,7 @@ impl Engine {
             outcome,
             d.reason
         );
+        let log = Arc::make_mut(log);
         log.push(LoggedDecision {
             seq: *seq,
             unix: unix_now(),
