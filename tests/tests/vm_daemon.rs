@@ -10,6 +10,7 @@ use pathpilot_tests::{
     boot_or_skip,
     vm::{Testbed, TestbedExt, daemon_status, multipath_table, start_daemon},
 };
+use xtask::util::median;
 
 /// A config for fast tests: 2 s windows, short settle and hold times.
 fn config(mode: &str, selector: &str) -> String {
@@ -160,9 +161,10 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         .windows(5)
         .filter(|w| w[4].0 <= 40.0)
         .map(|w| {
-            let mut v: Vec<f64> = w.iter().map(|p| p.1).collect();
-            v.sort_by(f64::total_cmp);
-            (w[4].0, v[2])
+            (
+                w[4].0,
+                median(&mut w.iter().map(|p| p.1).collect::<Vec<_>>()),
+            )
         })
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .context("no fio seconds logged")?;
@@ -220,10 +222,6 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
         dmsetup_reload(&tb, "mpatha", &best_table)?;
         static_best.push(randread_mib(&tb, &format!("/dev/{dm}"), 6)?);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let same_setting = tuned_table == best_table && tb.sh(&knobs)? == tuned_knobs;
     let (tuned, best) = (median(&mut tuned), median(&mut static_best));
     let rr_mib = grid[0].2;

@@ -1,4 +1,5 @@
-//! Small process and path helpers shared by the xtask commands.
+//! Small process, path and figure helpers shared by the xtask commands
+//! and the VM tests.
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -48,4 +49,14 @@ pub fn output(cmd: &mut std::process::Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The median (sorts `v`); NaN for none.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }

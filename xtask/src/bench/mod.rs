@@ -45,14 +45,7 @@ pub fn save(name: &str, value: &serde_json::Value) -> Result<std::path::PathBuf>
     Ok(path)
 }
 
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
+pub use xtask::util::median;
 
 /// What a tool costs over paired rounds, in percent of the bare figure:
 /// the mean of the pairs' losses and the half-width of its 95% confidence
