@@ -46,6 +46,22 @@ fn direct_64k_writes_are_counted_exactly() {
     // the first is random (nothing before it).
     assert!(i.sequential_ios >= 99, "{i:#?}");
     assert!((1..=1 + i.untraced_ios).contains(&i.inflight_max), "{i:#?}");
+    // No dm map here: nothing is a clone.
+    assert_eq!(i.remapped, 0, "{i:#?}");
+}
+
+/// Readahead carries every failfast flag, as a dm-multipath clone carries
+/// one of them: only a clone's pair of flags counts it as remapped.
+#[test]
+fn readahead_is_not_taken_for_a_dm_clone() {
+    let lo = LoopDev::new(64);
+    sh(&format!("blockdev --flushbufs {}", lo.path));
+    let i = observe(
+        &lo,
+        &format!("dd if={} of=/dev/null bs=1M count=32 status=none", lo.path),
+    );
+    assert!(i.read_bytes >= 32 << 20, "{i:#?}");
+    assert_eq!(i.remapped, 0, "{i:#?}");
 }
 
 #[test]

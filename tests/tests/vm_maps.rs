@@ -427,7 +427,11 @@ fn live_strings_round_trip_through_the_model() -> Result<()> {
 /// Under service-time at a low path queue_depth, dm re-dispatches a request
 /// each time its clone bounces off a busy path (hundreds of times a second
 /// here): `pathpilot stat` must count each request of the map once, so the
-/// map's bytes are what fio wrote, not a multiple of it.
+/// map's bytes are what fio wrote, not a multiple of it. Each request of
+/// the map reaches a path as exactly one clone that completes: the paths'
+/// `remapped` add up to the map's requests, bounced clones not counted,
+/// and neither is a path's own readahead (which carries the flags of a
+/// clone), while the map's readahead, cloned, is.
 #[test]
 fn a_maps_requests_count_once_however_often_they_bounce() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(4).shared_iops(400));
@@ -438,22 +442,46 @@ fn a_maps_requests_count_once_however_often_they_bounce() -> Result<()> {
         .to_string();
     tb.sh("for q in /sys/block/sd*/device/queue_depth; do echo 2 > $q; done")?;
     let out = tb.sh(&format!(
-        "pathpilot stat dm-{dm} --interval 1 --json > /tmp/stat.json 2>/tmp/stat.err & S=$!\n\
+        "pathpilot stat dm-{dm} $(ls /sys/block/dm-{dm}/slaves) --interval 1 --json \
+         > /tmp/stat.json 2>/tmp/stat.err & S=$!\n\
          sleep 2\n\
          fio --name=b --filename=/dev/mapper/mpatha --rw=write --bs=4k --direct=1 \
          --ioengine=libaio --iodepth=32 --size=256m --time_based --runtime=6 \
          --output-format=terse --terse-version=3 | cut -d';' -f47\n\
+         dd if=/dev/mapper/mpatha of=/dev/null bs=1M count=8 status=none\n\
+         dd if=/dev/$(ls /sys/block/dm-{dm}/slaves | head -1) of=/dev/null bs=1M count=8 \
+         skip=64 status=none\n\
          sleep 2.5; kill -INT $S; wait $S"
     ))?;
     let fio_bytes: u64 = out.trim().parse::<u64>().context("fio write KiB")? * 1024;
     let lines = tb.sh("cat /tmp/stat.json")?;
     let (mut bytes, mut ios, mut requeues) = (0u64, 0u64, 0u64);
+    let (mut map_completed, mut map_remapped, mut clones) = (0u64, 0u64, 0u64);
+    let mut paths = std::collections::BTreeSet::new();
     for l in lines.lines().filter(|l| !l.trim().is_empty()) {
         let v = json(l)?;
+        let remapped = v["remapped"].as_u64().context("remapped")?;
+        if v["device"] != format!("dm-{dm}").as_str() {
+            clones += remapped;
+            paths.insert(v["device"].to_string());
+            continue;
+        }
         bytes += v["write_bytes"].as_u64().context("write_bytes")?;
         ios += v["write_ios"].as_u64().context("write_ios")?;
         requeues += v["requeues"].as_u64().unwrap_or(0);
+        map_completed += v["completed"].as_u64().context("completed")?;
+        map_remapped += remapped;
     }
+    eprintln!(
+        "the map completed {map_completed} requests; its {} paths completed {clones} clones",
+        paths.len()
+    );
+    ensure!(paths.len() == 4, "stat reported paths {paths:?}");
+    ensure!(
+        clones == map_completed && map_remapped == 0,
+        "the paths' remapped add up to {clones}, the map completed {map_completed} \
+         requests (and counts {map_remapped} clones of its own)"
+    );
     let ratio = bytes as f64 / fio_bytes as f64;
     eprintln!(
         "bouncing map: fio wrote {fio_bytes} B; pathpilot stat counted {bytes} B in {ios} \

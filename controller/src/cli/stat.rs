@@ -73,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         deadline += args.interval;
         let cur = obs.snapshot()?;
-        let maps = path_to_map(&cur);
+        let maps = path_to_map();
         let mut rows: Vec<DeviceInterval> = Vec::new();
         let list: Vec<DevNum> = if devices.is_empty() {
             cur.devices.keys().copied().collect()

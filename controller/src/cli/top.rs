@@ -79,7 +79,7 @@ impl ObserverSource {
         if !self.explicit.is_empty() {
             return Ok(());
         }
-        let snap_maps = path_to_map(&self.prev);
+        let snap_maps = path_to_map();
         let watched = self.obs.watched();
         for (p, m) in snap_maps {
             for d in [p, m] {
@@ -146,7 +146,7 @@ impl term::Source for ObserverSource {
         let cur = self.obs.snapshot().map_err(|e| e.to_string())?;
         let mut groups: BTreeMap<String, (Option<DevNum>, Vec<DevNum>)> = BTreeMap::new();
         if self.explicit.is_empty() {
-            for (p, m) in path_to_map(&cur) {
+            for (p, m) in path_to_map() {
                 groups
                     .entry(display_name(m))
                     .or_insert((Some(m), vec![]))

@@ -359,7 +359,6 @@ mod tests {
                 },
             )]
             .into(),
-            remaps: Default::default(),
             cgroups: Default::default(),
             io_ticks_ms: [(dev, 1000)].into(),
         }
@@ -460,7 +459,6 @@ mod tests {
         let empty = Snapshot {
             taken: t0,
             devices: Default::default(),
-            remaps: Default::default(),
             cgroups: Default::default(),
             io_ticks_ms: Default::default(),
         };

@@ -45,12 +45,11 @@ pub fn object_hash() -> u64 {
 
 /// The classic tracepoints the programs attach to (category `block`); the
 /// program carries the event's name.
-pub const TRACEPOINTS: [&str; 5] = [
+pub const TRACEPOINTS: [&str; 4] = [
     "block_rq_merge",
     "block_bio_backmerge",
     "block_bio_frontmerge",
     "block_bio_queue",
-    "block_rq_remap",
 ];
 
 /// The raw tracepoints: the request's own issue, requeue and completion.
@@ -162,8 +161,6 @@ pub fn floor_to_kernel(stats: &mut DevStats, now: &KernelCounts, base: &KernelCo
 pub struct Snapshot {
     pub taken: Instant,
     pub devices: BTreeMap<DevNum, DeviceCounters>,
-    /// dm path -> dm map, as seen in block_rq_remap.
-    pub remaps: BTreeMap<DevNum, DevNum>,
     /// (device, cgroup id) -> bios and bytes submitted.
     pub cgroups: BTreeMap<(DevNum, u64), CgroupStats>,
     /// `io_ticks` (ms busy) per device, for utilisation.
@@ -629,7 +626,6 @@ impl Observer {
         let taken = Instant::now();
         let now_ns = monotonic_ns();
         let mut devices = BTreeMap::new();
-        let mut remaps = BTreeMap::new();
         let mut cgroups: BTreeMap<(DevNum, u64), CgroupStats> = BTreeMap::new();
         let mut io_ticks_ms = BTreeMap::new();
         let watched: Vec<(u32, u32)> = self
@@ -659,9 +655,6 @@ impl Observer {
                 },
                 prev => self.read_device(slot, dev, sh, prev.as_ref(), now_ns)?,
             };
-            if sh.remapped_from != 0 {
-                remaps.insert(dev, DevNum::from_kernel(sh.remapped_from));
-            }
             for (id, c) in &l.cgcache {
                 let e = cgroups.entry((dev, *id)).or_default();
                 e.bios += c.bios;
@@ -687,7 +680,6 @@ impl Observer {
         Ok(Snapshot {
             taken,
             devices,
-            remaps,
             cgroups,
             io_ticks_ms,
         })
@@ -793,11 +785,9 @@ fn monotonic_ns() -> u64 {
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
-/// Which dm map each path belongs to: from the remaps the programs saw,
-/// completed by sysfs (`/sys/block/dm-N/slaves`) for maps that carried no
-/// I/O yet.
-pub fn path_to_map(snap: &Snapshot) -> StdHashMap<DevNum, DevNum> {
-    let mut out: StdHashMap<DevNum, DevNum> = snap.remaps.iter().map(|(p, m)| (*p, *m)).collect();
+/// Which dm map each path belongs to, from sysfs (`/sys/block/dm-N/slaves`).
+pub fn path_to_map() -> StdHashMap<DevNum, DevNum> {
+    let mut out = StdHashMap::new();
     if let Ok(dir) = std::fs::read_dir("/sys/block") {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();

@@ -173,9 +173,23 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         bio_queue_nr_sector: field(root, "block_bio_queue", "nr_sector", 4, c)?,
         backmerge_dev: field(root, "block_bio_backmerge", "dev", 4, c)?,
         frontmerge_dev: field(root, "block_bio_frontmerge", "dev", 4, c)?,
-        remap_dev: field(root, "block_rq_remap", "dev", 4, c)?,
-        remap_old_dev: field(root, "block_rq_remap", "old_dev", 4, c)?,
+        clone_flags: flag_bit(btf, "__REQ_NOMERGE").map_err(bad)?
+            | flag_bit(btf, "__REQ_FAILFAST_TRANSPORT").map_err(bad)?,
+        rahead_flag: flag_bit(btf, "__REQ_RAHEAD").map_err(bad)?,
+        rq_end_io: member("request", "end_io")?,
     })
+}
+
+/// A `cmd_flags` bit of `enum req_flag_bits`. dm-multipath allocates each
+/// clone with the original's flags plus REQ_NOMERGE, then adds
+/// REQ_FAILFAST_TRANSPORT (drivers/md/dm-mpath.c, multipath_clone_and_map,
+/// the same from 4.x to 6.18): see `Layout::clone_flags`.
+fn flag_bit(btf: &super::btf::Btf, name: &str) -> Result<u32, String> {
+    let b = btf.enum_value("req_flag_bits", name)?;
+    if b >= 32 {
+        return Err(format!("{name} is bit {b}, beyond cmd_flags' 32 bits"));
+    }
+    Ok(1 << b)
 }
 
 #[cfg(test)]
@@ -234,5 +248,15 @@ print fmt: \"%d,%d\"
         );
         assert!(l.op_drv_in > l.op_discard && l.op_drv_out == l.op_drv_in + 1);
         assert_ne!(l.bio_queue_sector, 0);
+        // Two distinct bits above the operation's 8.
+        assert_eq!(l.clone_flags.count_ones(), 2, "{:#x}", l.clone_flags);
+        assert_eq!(l.clone_flags & l.op_mask, 0);
+        assert_eq!(l.rahead_flag.count_ones(), 1);
+        assert_eq!(l.clone_flags & l.rahead_flag, 0);
+        assert!(
+            l.rq_end_io as usize >= RQ_CHUNK,
+            "read apart: {}",
+            l.rq_end_io
+        );
     }
 }

@@ -79,8 +79,8 @@ pub struct DevStats {
     /// queue's settings.
     pub bio_sequential: u64,
     pub bio_random: u64,
-    /// Requests a dm map cloned onto this device (block_rq_remap, counted on
-    /// the destination path).
+    /// Requests a dm map cloned onto this device, counted as they complete
+    /// (see `Layout::clone_flags`).
     pub remapped: u64,
     /// Latency samples: their count and the sum of their latencies.
     pub lat_samples: u64,
@@ -137,9 +137,6 @@ pub struct DevShared {
     /// of the two is how long the device has been silent.
     pub busy_since_ns: u64,
     pub last_complete_ns: u64,
-    /// For a dm path: the dm map that cloned a request onto it last.
-    pub remapped_from: u32,
-    pub _pad: u32,
     /// The highest in-flight count an issue saw since userspace last
     /// zeroed it (through its mapping, once per interval). Kept here, not
     /// per CPU: the issue probe has this entry in hand already, and
@@ -155,8 +152,6 @@ impl DevShared {
         next_bio_sector: u64::MAX,
         busy_since_ns: 0,
         last_complete_ns: 0,
-        remapped_from: 0,
-        _pad: 0,
         peak: 0,
     };
 }
@@ -264,9 +259,17 @@ pub struct Layout {
     pub bio_queue_nr_sector: u32,
     pub backmerge_dev: u32,
     pub frontmerge_dev: u32,
-    /// block_rq_remap: `dev` is the path the clone goes to, `old_dev` the dm map.
-    pub remap_dev: u32,
-    pub remap_old_dev: u32,
+    /// The `cmd_flags` bits that every clone dm-multipath sends down a path
+    /// carries (REQ_NOMERGE | REQ_FAILFAST_TRANSPORT, `enum
+    /// req_flag_bits`): a request with both is a dm clone, counted as
+    /// `remapped` with no program on block_rq_remap. Readahead
+    /// (`rahead_flag`) carries every failfast bit, and a split bio
+    /// REQ_NOMERGE, so a readahead request with both is a clone only if it
+    /// has an `end_io` (`rq_end_io`; dm's end_clone_request), which a
+    /// request from the page cache has not.
+    pub clone_flags: u32,
+    pub rahead_flag: u32,
+    pub rq_end_io: u32,
 }
 
 /// How much of a `struct request` the raw tracepoints read.
@@ -297,8 +300,9 @@ impl Layout {
         bio_queue_nr_sector: 0,
         backmerge_dev: 0,
         frontmerge_dev: 0,
-        remap_dev: 0,
-        remap_old_dev: 0,
+        clone_flags: 0,
+        rahead_flag: 0,
+        rq_end_io: 0,
     };
 }
 
