@@ -430,8 +430,9 @@ fn live_strings_round_trip_through_the_model() -> Result<()> {
 /// map's bytes are what fio wrote, not a multiple of it. Each request of
 /// the map reaches a path as exactly one clone that completes: the paths'
 /// `remapped` add up to the map's requests, bounced clones not counted,
-/// and neither is a path's own readahead (which carries the flags of a
-/// clone), while the map's readahead, cloned, is.
+/// and neither is a path's own readahead (which carries a clone's failfast
+/// flag, and its REQ_NOMERGE too where a split gives it), while the map's
+/// readahead, cloned (REQ_RAHEAD with a clone's flags), is.
 #[test]
 fn a_maps_requests_count_once_however_often_they_bounce() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(4).shared_iops(400));

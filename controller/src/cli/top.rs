@@ -70,18 +70,18 @@ impl ObserverSource {
             history: HashMap::new(),
             interval,
         };
-        me.watch_map_paths()?;
+        me.watch_map_paths(&path_to_map())?;
         Ok(me)
     }
 
-    /// Without explicit devices, follows the dm maps as they come and go.
-    fn watch_map_paths(&mut self) -> Result<()> {
+    /// Without explicit devices, follows the dm maps as they come and go
+    /// (`maps`: path -> map, as `path_to_map` read them).
+    fn watch_map_paths(&mut self, maps: &HashMap<DevNum, DevNum>) -> Result<()> {
         if !self.explicit.is_empty() {
             return Ok(());
         }
-        let snap_maps = path_to_map();
         let watched = self.obs.watched();
-        for (p, m) in snap_maps {
+        for (&p, &m) in maps {
             for d in [p, m] {
                 if !watched.contains(&d) {
                     self.obs.watch(d)?;
@@ -145,8 +145,14 @@ impl term::Source for ObserverSource {
     fn refresh(&mut self) -> Result<Model, String> {
         let cur = self.obs.snapshot().map_err(|e| e.to_string())?;
         let mut groups: BTreeMap<String, (Option<DevNum>, Vec<DevNum>)> = BTreeMap::new();
+        // One read of sysfs serves the grouping and the watch list.
+        let map_of = if self.explicit.is_empty() {
+            path_to_map()
+        } else {
+            HashMap::new()
+        };
         if self.explicit.is_empty() {
-            for (p, m) in path_to_map() {
+            for (&p, &m) in &map_of {
                 groups
                     .entry(display_name(m))
                     .or_insert((Some(m), vec![]))
@@ -205,7 +211,7 @@ impl term::Source for ObserverSource {
             });
         }
         self.prev = cur;
-        self.watch_map_paths().map_err(|e| e.to_string())?;
+        self.watch_map_paths(&map_of).map_err(|e| e.to_string())?;
         Ok(Model {
             source: "observer (read-only)".into(),
             interval_s: self.interval.as_secs_f64(),
