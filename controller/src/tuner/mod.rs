@@ -1465,11 +1465,12 @@ pub fn weights_from(caps: &[f64]) -> Vec<u32> {
 }
 
 /// Weights worth a trial: some path's share of the traffic moves by more
-/// than `SHARE_STEP`. A share measured relative to itself moved "enough"
-/// when a 10 MiB/s path beside an 80 read 9 instead of 10 (15:29:59:100
-/// -> 11:23:52:100, an eighth of one share): capacity noise, and a trial a
-/// 10 s phase cannot spare (`bench mpath --scenario switch --quick`
-/// reverted two such in a row, -5.1% and -0.1%).
+/// than `SHARE_STEP`. A move measured against the share itself was
+/// "enough" when a 10 MiB/s path beside an 80 read 9 instead of 10
+/// (13:25:50:100 -> 11:25:50:100): capacity noise, and a trial a 10 s
+/// phase cannot spare (`bench mpath --scenario switch --quick` reverted
+/// two such in a row, 15:29:59:100 -> 12:25:50:100 and -> 11:23:52:100,
+/// at -5.1% and -0.1%).
 fn differs_enough(a: &[u32], b: &[u32]) -> bool {
     if b.is_empty() || a.len() != b.len() {
         return true;
