@@ -506,10 +506,12 @@ fn one_active_path_leaves_no_selector_to_try() {
 fn one_large_reader_on_unequal_paths_is_weighted_to_the_fastest_first() {
     // The switch benchmark's 1 MiB QD1 phase: plain service-time rotates
     // the one request over 10/20/40/80 MiB/s paths; weighted, it goes to
-    // the fastest. Splitting (max_sectors_kb) helps less here.
+    // the fastest. Splitting it then shares its pieces out by weight; in
+    // the demo (weighted 5:35:71:100): 512 KiB +0.2%, 256 +15.9%, 128 +35%.
     let f = |s: &Settings| match (s.weights.is_empty(), s.max_sectors_kb) {
-        (false, 1280) => 80.0,
-        (false, _) => 70.0,
+        (false, 1280 | 512) => 80.0,
+        (false, 256) => 92.0,
+        (false, _) => 124.0,
         (true, 1280) => 40.0,
         (true, _) => 35.0,
     };
@@ -517,13 +519,85 @@ fn one_large_reader_on_unequal_paths_is_weighted_to_the_fastest_first() {
     let mut r = Run::new(Mode::Tune, example(4));
     r.steps(&mut p, 10, 1024.0, 1.0, 1.0, &Health::default());
     let log = r.tuner.drain();
-    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
-    assert_eq!(first.knob, Some(Knob::Weights), "{log:#?}");
+    let trials: Vec<_> = log
+        .iter()
+        .filter(|d| d.outcome == Outcome::Trying)
+        .collect();
+    assert_eq!(trials[0].knob, Some(Knob::Weights), "{log:#?}");
+    // Then at once the split that gives each of 4 unequal paths two
+    // pieces of a 1 MiB request: no trial spent on 512 or 256.
+    assert_eq!(trials[1].knob, Some(Knob::MaxSectorsKb), "{log:#?}");
+    assert_eq!(trials[1].new, "128", "{log:#?}");
     assert_eq!(
         r.tuner.settings().weights,
         vec![13, 25, 50, 100],
         "{log:#?}"
     );
+    assert_eq!(r.tuner.settings().max_sectors_kb, 128, "{log:#?}");
+}
+
+#[test]
+fn a_weighted_map_splits_a_large_reader_before_it_reweighs() {
+    // Switch's second phase: the random reads left weights that are not
+    // the capacities' own (28:55:100:100 where these are 13:25:50:100),
+    // and re-weighting a 1 MiB reader gained 0.5% there: the split comes
+    // first.
+    let f = |s: &Settings| match s.max_sectors_kb {
+        1280 | 512 => 80.0,
+        256 => 92.0,
+        _ => 124.0,
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut start = example(4);
+    start.selector = Selector::ServiceTime;
+    start.weights = vec![28, 55, 100, 100];
+    let mut r = Run::new(Mode::Tune, start);
+    r.steps(&mut p, 6, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
+    assert_eq!(
+        (first.knob, first.new.as_str()),
+        (Some(Knob::MaxSectorsKb), "128"),
+        "{log:#?}"
+    );
+    assert_eq!(r.tuner.settings().max_sectors_kb, 128, "{log:#?}");
+}
+
+#[test]
+fn a_large_reader_on_even_paths_is_split_one_piece_per_path_first() {
+    // stream's 4 equal paths: 256 KiB was the best static point; 512
+    // first cost the full run's tuner a trial and its settle time (25 s).
+    let f = |s: &Settings| match s.max_sectors_kb {
+        1280 => 19.5,
+        512 => 38.0,
+        256 => 66.4,
+        _ => 64.0,
+    };
+    let mut p = Plant::new(f, vec![20.0; 4]);
+    let mut start = example(4);
+    start.selector = Selector::ServiceTime;
+    let mut r = Run::new(Mode::Tune, start);
+    r.steps(&mut p, 12, 1024.0, 1.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
+    assert_eq!(
+        (first.knob, first.new.as_str()),
+        (Some(Knob::MaxSectorsKb), "256"),
+        "{log:#?}"
+    );
+    // 128 is tried from there and reverted: 256 stays.
+    assert_eq!(r.tuner.settings().max_sectors_kb, 256, "{log:#?}");
+}
+
+#[test]
+fn the_split_gives_each_path_its_pieces() {
+    assert_eq!(split_kib(1024.0, 2), 512);
+    assert_eq!(split_kib(1024.0, 4), 256);
+    assert_eq!(split_kib(1024.0, 8), 128);
+    // Larger requests than the largest split, smaller than the smallest.
+    assert_eq!(split_kib(8192.0, 4), 512);
+    assert_eq!(split_kib(300.0, 4), 128);
+    assert_eq!(split_kib(1000.0, 0), 512);
 }
 
 /// The decision that kept a weighting (the test fails without one).
