@@ -547,20 +547,9 @@ fn a_weighted_map_splits_a_large_reader_before_it_reweighs() {
         256 => 92.0,
         _ => 124.0,
     };
-    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
-    let mut start = example(4);
-    start.selector = Selector::ServiceTime;
-    start.weights = vec![28, 55, 100, 100];
-    let mut r = Run::new(Mode::Tune, start);
-    r.steps(&mut p, 6, 1024.0, 1.0, 1.0, &Health::default());
-    let log = r.tuner.drain();
-    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
-    assert_eq!(
-        (first.knob, first.new.as_str()),
-        (Some(Knob::MaxSectorsKb), "128"),
-        "{log:#?}"
-    );
-    assert_eq!(r.tuner.settings().max_sectors_kb, 128, "{log:#?}");
+    let (first, now, log) = large_reader(f, vec![10.0, 20.0, 40.0, 80.0], &[28, 55, 100, 100], 6);
+    assert_eq!(first, (Some(Knob::MaxSectorsKb), "128".into()), "{log:#?}");
+    assert_eq!(now.max_sectors_kb, 128, "{log:#?}");
 }
 
 #[test]
@@ -573,20 +562,34 @@ fn a_large_reader_on_even_paths_is_split_one_piece_per_path_first() {
         256 => 66.4,
         _ => 64.0,
     };
-    let mut p = Plant::new(f, vec![20.0; 4]);
+    let (first, now, log) = large_reader(f, vec![20.0; 4], &[], 12);
+    assert_eq!(first, (Some(Knob::MaxSectorsKb), "256".into()), "{log:#?}");
+    // 128 is tried from there and reverted: 256 stays.
+    assert_eq!(now.max_sectors_kb, 256, "{log:#?}");
+}
+
+/// `windows` of one 1 MiB sequential reader on a 4-path service-time map
+/// with `weights`: the first trial (knob, new value), the settings at the
+/// end, and the log.
+fn large_reader(
+    f: impl Fn(&Settings) -> f64 + 'static,
+    caps: Vec<f64>,
+    weights: &[u32],
+    windows: usize,
+) -> ((Option<Knob>, String), Settings, Vec<Decision>) {
+    let mut p = Plant::new(f, caps);
     let mut start = example(4);
     start.selector = Selector::ServiceTime;
+    start.weights = weights.to_vec();
     let mut r = Run::new(Mode::Tune, start);
-    r.steps(&mut p, 12, 1024.0, 1.0, 1.0, &Health::default());
+    r.steps(&mut p, windows, 1024.0, 1.0, 1.0, &Health::default());
     let log = r.tuner.drain();
-    let first = log.iter().find(|d| d.knob.is_some()).expect("a trial");
-    assert_eq!(
-        (first.knob, first.new.as_str()),
-        (Some(Knob::MaxSectorsKb), "256"),
-        "{log:#?}"
-    );
-    // 128 is tried from there and reverted: 256 stays.
-    assert_eq!(r.tuner.settings().max_sectors_kb, 256, "{log:#?}");
+    let first = log
+        .iter()
+        .find(|d| d.knob.is_some())
+        .map(|d| (d.knob, d.new.clone()))
+        .unwrap_or_else(|| panic!("no trial: {log:#?}"));
+    (first, r.tuner.settings().clone(), log)
 }
 
 #[test]
