@@ -683,8 +683,10 @@ impl Tuner {
             && self.mode == Mode::Tune
         {
             if let Some(c) = self.class {
-                self.tried
-                    .insert((c.key(), tr.knob, trial_value(tr.knob, &tr.to)), t);
+                self.tried.insert(
+                    (c.key(), tr.knob, trial_value(tr.knob, &tr.from, &tr.to)),
+                    t,
+                );
             }
             let why = format!("{}: paused during the trial: reverted unjudged", tr.reason);
             return self.undo_unjudged(t, tr, w, why);
@@ -1075,11 +1077,31 @@ impl Tuner {
             );
             // Unweighted, first send each request where it finishes
             // soonest: with one large request in flight, the fastest path
-            // (demo: +100%). Weights a map already has leave splitting as
-            // what there is to gain: re-weighing comes after it, with the
+            // (demo: +100%), and its pieces by the same weights, in one
+            // trial: one after the other they took 6 s of switch's 10 s
+            // 1 MiB phase (weights +101%, then 128 KiB +48%), and a split
+            // without weights gains nothing here (the slowest path holds
+            // every request up). Weights alone follow, should the pair
+            // lose. Weights a map already has leave splitting as what
+            // there is to gain: re-weighing comes after it, with the
             // other classes' (switch's 1 MiB phase: re-weighting
             // 28:55:100:100 to 12:26:56:100 gave +0.5%).
             if !weighted && let Some((set, why)) = &weigh {
+                if let Some(kb) = splits.first()
+                    && !self.dead.contains(&Knob::MaxSectorsKb)
+                {
+                    push(
+                        Knob::Weights,
+                        &|s| {
+                            set(s);
+                            s.max_sectors_kb = *kb;
+                        },
+                        format!(
+                            "{why}, and {split_why} (max_sectors_kb {} -> {kb})",
+                            cur.max_sectors_kb
+                        ),
+                    );
+                }
                 push(Knob::Weights, set, why.clone());
             }
             for kb in &splits {
@@ -1137,8 +1159,17 @@ impl Tuner {
         }
         for sel in selectors {
             // Round-robin runs every path at the slowest one's pace: not a
-            // candidate when paths differ.
-            if *sel == cur.selector || (uneven && *sel == Selector::RoundRobin) {
+            // candidate when paths differ. Nor, where service-time can be
+            // weighted, is queue-length for large requests: the pieces of
+            // one leave together, so it counts them out evenly too (the
+            // demo's 1 MiB reader, weighted and split at 123 MiB/s: 44.5
+            // under queue-length), and with many in flight it can only
+            // approach what the weights give.
+            let even_shares = *sel == Selector::RoundRobin
+                || (class.size == Size::Large
+                    && *sel == Selector::QueueLength
+                    && selectors.contains(&Selector::ServiceTime));
+            if *sel == cur.selector || (uneven && even_shares) {
                 continue;
             }
             let why = match &caps {
@@ -1175,7 +1206,7 @@ impl Tuner {
             !self.dead.contains(k)
                 && self
                     .tried
-                    .get(&(key.clone(), *k, trial_value(*k, s)))
+                    .get(&(key.clone(), *k, trial_value(*k, cur, s)))
                     .is_none_or(|at| self.last_t - at >= self.cfg.retry_after_s)
         });
         out
@@ -1215,8 +1246,10 @@ impl Tuner {
                 reason,
                 Outcome::Advised,
             );
-            self.tried
-                .insert((class.key(), knob, trial_value(knob, &to)), t);
+            self.tried.insert(
+                (class.key(), knob, trial_value(knob, &self.current, &to)),
+                t,
+            );
             self.phase = Phase::Baseline(vec![]);
             return None;
         }
@@ -1312,9 +1345,12 @@ impl Tuner {
             );
             self.memory
                 .insert(class.key(), (self.current.clone(), after.mean));
-            // The value it replaced just lost: no point going back to it.
-            self.tried
-                .insert((class.key(), tr.knob, trial_value(tr.knob, &tr.from)), t);
+            // The values it replaced just lost: no point going back to
+            // them (to a pair's split no more than to its weights).
+            for k in tr.from.diff(&tr.to) {
+                self.tried
+                    .insert((class.key(), k, trial_value(k, &tr.to, &tr.from)), t);
+            }
             // The trial's windows are the new baseline: go straight on.
             self.next_trial(t, class, after, _w)
         } else {
@@ -1333,8 +1369,10 @@ impl Tuner {
                 ),
                 Outcome::Reverted,
             );
-            self.tried
-                .insert((class.key(), tr.knob, trial_value(tr.knob, &tr.to)), t);
+            self.tried.insert(
+                (class.key(), tr.knob, trial_value(tr.knob, &tr.from, &tr.to)),
+                t,
+            );
             self.phase = Phase::Recovering(self.cfg.settle_windows);
             Some(Action {
                 to: tr.from,
@@ -1374,32 +1412,44 @@ impl Tuner {
                 Outcome::Budget,
             );
         }
-        let kept = readback.show(knob) == requested.show(knob);
+        // Every knob the change moved reads back as asked, not only the
+        // one it is named after (weights bring the selector, and a large
+        // reader's first weights a split).
+        let mut asked = self.current.diff(requested);
+        if !asked.contains(&knob) {
+            asked.push(knob);
+        }
+        asked.retain(|k| readback.show(*k) != requested.show(*k));
         self.current = readback;
-        if !kept {
-            self.dead.insert(knob);
+        for k in &asked {
+            self.dead.insert(*k);
             self.note(
                 t,
-                Some(knob),
-                &requested.show(knob),
-                &self.current.show(knob),
+                Some(*k),
+                &requested.show(*k),
+                &self.current.show(*k),
                 None,
                 None,
                 format!(
                     "the kernel did not keep {} = {} (reads back {}): not tuned, not tried again on this map",
-                    knob.name(),
-                    requested.show(knob),
-                    self.current.show(knob)
+                    k.name(),
+                    requested.show(*k),
+                    self.current.show(*k)
                 ),
                 Outcome::Ignored,
             );
+        }
+        if asked.contains(&knob) {
             self.phase = Phase::Recovering(self.cfg.settle_windows);
             return;
         }
-        // A trial starts settling; after a revert or a snap-back the phase
-        // set when it was asked (recovering) stays.
+        // A trial starts settling, judged on what the kernel kept of it;
+        // after a revert or a snap-back the phase set when it was asked
+        // (recovering) stays.
         if let Phase::Applying(tr) = &self.phase {
-            self.phase = Phase::Settling(tr.clone(), self.cfg.settle_windows.max(1));
+            let mut tr = tr.clone();
+            tr.to = self.current.clone();
+            self.phase = Phase::Settling(tr, self.cfg.settle_windows.max(1));
         }
     }
 
@@ -1413,13 +1463,13 @@ impl Tuner {
         readback: Settings,
         error: &str,
     ) {
-        self.current = readback;
+        let before = std::mem::replace(&mut self.current, readback);
         // Most failures pass (a suspend cut short by its time limit, the
         // map's lock held by an operator's command): the value may be
         // tried again after retry_after, not never.
         if let Some(c) = self.class {
             self.tried
-                .insert((c.key(), knob, trial_value(knob, requested)), t);
+                .insert((c.key(), knob, trial_value(knob, &before, requested)), t);
         }
         self.note(
             t,
@@ -1438,13 +1488,20 @@ impl Tuner {
     }
 }
 
-/// What identifies a trial for "already tried": the value, except for
-/// weights, whose estimate moves a little every window: one weighted trial
-/// per class (and retry period) is enough.
-fn trial_value(k: Knob, s: &Settings) -> String {
-    match k {
-        Knob::Weights if !s.weights.is_empty() => "measured".into(),
-        _ => s.show(k),
+/// What identifies a trial (from `from` to `to`) for "already tried": the
+/// value, except for weights, whose estimate moves a little every window:
+/// one weighted trial per class (and retry period) is enough. A trial that
+/// splits requests as well is another trial: weights that lost with a
+/// split may still win alone.
+fn trial_value(k: Knob, from: &Settings, to: &Settings) -> String {
+    let v = match k {
+        Knob::Weights if !to.weights.is_empty() => "measured".into(),
+        _ => to.show(k),
+    };
+    if k != Knob::MaxSectorsKb && from.max_sectors_kb != to.max_sectors_kb {
+        format!("{v} with max_sectors_kb {}", to.max_sectors_kb)
+    } else {
+        v
     }
 }
 
