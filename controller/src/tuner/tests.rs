@@ -531,6 +531,9 @@ fn one_large_reader_on_unequal_paths_is_weighted_to_the_fastest_first() {
     assert_eq!(kept.len(), 1, "{log:#?}");
     assert_eq!(now.weights, vec![13, 25, 50, 100], "{log:#?}");
     assert_eq!(now.max_sectors_kb, 128, "{log:#?}");
+    // The pair's split replaced 1280 KiB, which lost with it: no trial
+    // goes back there.
+    assert!(trials.iter().all(|d| d.new != "1280"), "{log:#?}");
     // Nor on queue-length, which would count the pieces out evenly.
     assert!(log.iter().all(|d| d.new != "queue-length"), "{log:#?}");
 }
@@ -580,6 +583,40 @@ fn a_large_reader_tries_queue_length_where_service_time_is_missing() {
     };
     r.steps(&mut p, 40, 1024.0, 1.0, 1.0, &Health::default());
     let log = r.tuner.drain();
+    assert_eq!(
+        r.tuner.settings().selector,
+        Selector::QueueLength,
+        "{log:#?}"
+    );
+}
+
+#[test]
+fn a_selector_that_beats_weighted_service_time_is_not_re_weighed_at_once() {
+    // Random reads on unequal paths where queue-length wins: weighted
+    // service-time just lost to it, whatever the next estimate.
+    let f = |s: &Settings| match (&s.selector, s.weights.is_empty()) {
+        (Selector::QueueLength, _) => 150.0,
+        (Selector::ServiceTime, false) => 120.0,
+        _ => 60.0,
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
+    let log = r.tuner.drain();
+    let ql = log
+        .iter()
+        .position(|d| d.outcome == Outcome::Kept && d.new == "queue-length")
+        .unwrap_or_else(|| panic!("queue-length kept: {log:#?}"));
+    assert!(
+        log[..ql]
+            .iter()
+            .any(|d| d.outcome == Outcome::Kept && d.knob == Some(Knob::Weights)),
+        "weights kept first: {log:#?}"
+    );
+    assert!(
+        log[ql..].iter().all(|d| d.knob != Some(Knob::Weights)),
+        "{log:#?}"
+    );
     assert_eq!(
         r.tuner.settings().selector,
         Selector::QueueLength,
