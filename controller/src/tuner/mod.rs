@@ -1123,18 +1123,18 @@ impl Tuner {
             // Fewer slots on the paths keep requests waiting at the dm
             // queue, where they merge (DESIGN.md section 4). Merging starts
             // only once paths x queue_depth < I/Os in flight, so shallow
-            // cuts rarely change anything: try a deep cut first, then
-            // deeper; 8 and 32 remain for an array that loses at low depth.
-            for qd in [2u32, 1, 8, 32] {
+            // cuts rarely change anything: the deepest cut first (merge's
+            // oracle in both its cases; from 2, then 1, the last kept
+            // change came a trial later: 16 s shared at 1 s windows),
+            // then 2; 8 and 32 remain for an array that loses at low
+            // depth.
+            let merge_why = format!(
+                "{:.1} KiB sequential requests, {:.0}% merged: fewer path slots keep them queued where they merge",
+                w.avg_request_kib, w.merge_pct
+            );
+            for qd in [1u32, 2, 8, 32] {
                 if qd < cur.queue_depth {
-                    push(
-                        Knob::QueueDepth,
-                        &|s| s.queue_depth = qd,
-                        format!(
-                            "{:.1} KiB sequential requests, {:.0}% merged: fewer path slots keep them queued where they merge",
-                            w.avg_request_kib, w.merge_pct
-                        ),
-                    );
+                    push(Knob::QueueDepth, &|s| s.queue_depth = qd, merge_why.clone());
                 }
             }
             for k in [n / 2, 1] {
@@ -1145,6 +1145,16 @@ impl Tuner {
                         "small sequential I/O: fewer active paths, fewer slots, more merging (seed 001)".into(),
                     );
                 }
+            }
+            // Kept at 1, 2 is still worth a trial for an array that
+            // pipelines two requests a path; after the paths, which
+            // merge's shared budget needs first.
+            if cur.queue_depth == 1 {
+                push(
+                    Knob::QueueDepth,
+                    &|s| s.queue_depth = 2,
+                    format!("{merge_why}: one slot more, for an array that overlaps two"),
+                );
             }
         }
         // Weighted by capacity before any plain selector: on paths this

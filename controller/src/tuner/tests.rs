@@ -429,12 +429,42 @@ fn merging_under_a_trial_keeps_the_workload_sequential() {
         "{log:#?}"
     );
     assert_eq!(r.tuner.settings().queue_depth, 1, "{log:#?}");
-    // The deep cut comes first: no trial of 32 or 8 before it.
+    // The deepest cut comes first: no trial of 32, 8 or 2 before it.
     let first = log
         .iter()
         .find(|d| d.knob == Some(Knob::QueueDepth))
         .unwrap();
-    assert_eq!(first.new, "2", "{log:#?}");
+    assert_eq!(first.new, "1", "{log:#?}");
+}
+
+#[test]
+fn an_array_that_overlaps_two_requests_a_path_ends_at_queue_depth_2() {
+    // queue_depth 1 is kept first (it beats 128 by far), and 2, better
+    // still, is tried once fewer paths have been tried.
+    let f = |s: &Settings| match s.queue_depth {
+        1 => 6.4,
+        2 => 8.0,
+        _ => 1.55,
+    };
+    let mut p = Plant::new(f, vec![1.0; 4]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.steps(&mut p, 80, 4.0, 0.95, 0.0, &Health::default());
+    let log = r.tuner.drain();
+    assert_eq!(r.tuner.settings().queue_depth, 2, "{log:#?}");
+    let qds: Vec<u32> = r
+        .applied
+        .iter()
+        .filter(|(k, _)| *k == Knob::QueueDepth)
+        .map(|(_, s)| s.queue_depth)
+        .collect();
+    assert_eq!(qds.first(), Some(&1), "{:?}", r.applied);
+    let (two, paths) = (
+        r.applied
+            .iter()
+            .position(|(k, s)| *k == Knob::QueueDepth && s.queue_depth == 2),
+        r.applied.iter().position(|(k, _)| *k == Knob::ActivePaths),
+    );
+    assert!(two > paths, "2 after the paths: {:?}", r.applied);
 }
 
 #[test]
