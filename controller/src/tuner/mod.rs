@@ -1128,13 +1128,17 @@ impl Tuner {
             // change came a trial later: 16 s shared at 1 s windows),
             // then 2; 8 and 32 remain for an array that loses at low
             // depth.
-            let merge_why = format!(
-                "{:.1} KiB sequential requests, {:.0}% merged: fewer path slots keep them queued where they merge",
+            let merging = format!(
+                "{:.1} KiB sequential requests, {:.0}% merged",
                 w.avg_request_kib, w.merge_pct
             );
             for qd in [1u32, 2, 8, 32] {
                 if qd < cur.queue_depth {
-                    push(Knob::QueueDepth, &|s| s.queue_depth = qd, merge_why.clone());
+                    push(
+                        Knob::QueueDepth,
+                        &|s| s.queue_depth = qd,
+                        format!("{merging}: fewer path slots keep them queued where they merge"),
+                    );
                 }
             }
             for k in [n / 2, 1] {
@@ -1146,14 +1150,16 @@ impl Tuner {
                     );
                 }
             }
-            // Kept at 1, 2 is still worth a trial for an array that
-            // pipelines two requests a path; after the paths, which
-            // merge's shared budget needs first.
+            // At 1, 2 is still worth a trial for an array that pipelines
+            // two requests a path; after the paths, which merge's shared
+            // budget needs first.
             if cur.queue_depth == 1 {
                 push(
                     Knob::QueueDepth,
                     &|s| s.queue_depth = 2,
-                    format!("{merge_why}: one slot more, for an array that overlaps two"),
+                    format!(
+                        "{merging} at queue_depth 1: one slot more, for an array that overlaps two requests a path"
+                    ),
                 );
             }
         }

@@ -451,20 +451,25 @@ fn an_array_that_overlaps_two_requests_a_path_ends_at_queue_depth_2() {
     r.steps(&mut p, 80, 4.0, 0.95, 0.0, &Health::default());
     let log = r.tuner.drain();
     assert_eq!(r.tuner.settings().queue_depth, 2, "{log:#?}");
-    let qds: Vec<u32> = r
-        .applied
-        .iter()
-        .filter(|(k, _)| *k == Knob::QueueDepth)
-        .map(|(_, s)| s.queue_depth)
-        .collect();
-    assert_eq!(qds.first(), Some(&1), "{:?}", r.applied);
-    let (two, paths) = (
+    let at = |f: &dyn Fn(&(Knob, Settings)) -> bool| {
         r.applied
             .iter()
-            .position(|(k, s)| *k == Knob::QueueDepth && s.queue_depth == 2),
-        r.applied.iter().position(|(k, _)| *k == Knob::ActivePaths),
+            .position(f)
+            .unwrap_or_else(|| panic!("no such trial: {:?}", r.applied))
+    };
+    let one = at(&|(k, s)| *k == Knob::QueueDepth && s.queue_depth == 1);
+    let two = at(&|(k, s)| *k == Knob::QueueDepth && s.queue_depth == 2);
+    let paths = at(&|(k, _)| *k == Knob::ActivePaths);
+    assert!(
+        r.applied[..one].iter().all(|(k, _)| *k != Knob::QueueDepth),
+        "1 is the first queue_depth tried: {:?}",
+        r.applied
     );
-    assert!(two > paths, "2 after the paths: {:?}", r.applied);
+    assert!(
+        one < paths && paths < two,
+        "1, the paths, then 2: {:?}",
+        r.applied
+    );
 }
 
 #[test]
