@@ -19,7 +19,7 @@ pub mod settings;
 pub mod window;
 
 pub use settings::{Knob, Settings};
-pub use window::{Class, Size, Window};
+pub use window::{Class, Per, Size, Window};
 
 /// Bios this many times larger or smaller than when a measurement began,
 /// or a read share this far from it, are another workload.
@@ -700,7 +700,7 @@ impl Tuner {
             && self.class == Some(class)
             && self.current.selector != Selector::RoundRobin
             && !matches!(self.phase, Phase::Applying(_) | Phase::Settling(..))
-            && let Some(c) = w.delivered()
+            && let Some(c) = w.delivered(Per::Byte)
         {
             self.learn_caps(&c);
         }
@@ -1002,13 +1002,27 @@ impl Tuner {
         // Capacity per path. Round-robin splits requests evenly, so what a
         // path delivers says nothing of its capacity there, and neither
         // does it for large requests at low depth, which follow the
-        // selector's rotation: busy time instead (exact for large requests,
-        // tens of ms each; io_ticks counts in jiffies). Elsewhere the load
-        // of a load-aware selector already follows capacity.
-        let measured = if cur.selector == Selector::RoundRobin || class.size == Size::Large {
-            w.capacities()
+        // selector's rotation, nor at queue_depth 1, where requests bounce
+        // off a busy path and land where they can (two of four equal paths
+        // took the writes in a merge bench, 0.3/0.4/4/3 MiB/s): busy time
+        // instead (exact for large requests, tens of ms each, and for one
+        // request at a time; io_ticks counts in jiffies). Elsewhere the
+        // load of a load-aware selector already follows capacity. Small
+        // requests are counted, not their bytes: an IOPS-bound path's MiB/s
+        // is the size its requests merged to (four equal 100 IOPS paths
+        // read 1/4/3/1 MiB/s by busy time at queue_depth 1).
+        let per = if class.size == Size::Small {
+            Per::Request
         } else {
-            w.delivered()
+            Per::Byte
+        };
+        let measured = if cur.selector == Selector::RoundRobin
+            || class.size == Size::Large
+            || cur.queue_depth == 1
+        {
+            w.capacities(per)
+        } else {
+            w.delivered(per)
         }
         .filter(|c| c.len() == total_paths);
         // A large-request workload whose own figures look even falls back
@@ -1045,13 +1059,14 @@ impl Tuner {
             .map(|(wts, caps)| {
                 let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
                 let why = format!(
-                    "{} path capacity {} MiB/s: service-time weighted by it",
+                    "{} path capacity {} {}: service-time weighted by it",
                     if learned {
                         "earlier measured"
                     } else {
                         "measured"
                     },
-                    caps_s.join("/")
+                    caps_s.join("/"),
+                    per.unit()
                 );
                 let set = move |s: &mut Settings| {
                     s.selector = Selector::ServiceTime;

@@ -8,6 +8,8 @@ use crate::observer::DeviceInterval;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PathFigures {
     pub mib_s: f64,
+    /// Requests completed per second.
+    pub iops: f64,
     /// Share of the window the path had I/O in flight (0..1), if known.
     pub util: Option<f64>,
 }
@@ -68,32 +70,60 @@ impl Window {
                 .iter()
                 .map(|p| PathFigures {
                     mib_s: p.read_mib_s + p.write_mib_s,
+                    iops: p.iops,
                     util: p.util_pct.map(|u| u / 100.0),
                 })
                 .collect(),
         }
     }
 
-    /// Per-path capacity estimates in MiB/s: throughput divided by the
-    /// share of time the path was busy (a path that moved 10 MiB/s while
-    /// busy half the time can do about 20). `None` unless every path was
-    /// busy enough to measure.
-    pub fn capacities(&self) -> Option<Vec<f64>> {
+    /// Per-path capacity estimates, counted `per` byte or request:
+    /// throughput divided by the share of time the path was busy (a path
+    /// that moved 10 MiB/s while busy half the time can do about 20).
+    /// `None` unless every path was busy enough to measure.
+    pub fn capacities(&self, per: Per) -> Option<Vec<f64>> {
         self.paths
             .iter()
             .map(|p| match p.util {
-                Some(u) if u >= 0.05 && p.mib_s > 0.0 => Some(p.mib_s / u.min(1.0)),
+                Some(u) if u >= 0.05 && per.rate(p) > 0.0 => Some(per.rate(p) / u.min(1.0)),
                 _ => None,
             })
             .collect()
     }
 
-    /// What each path delivers now, in MiB/s: under a load-aware selector
-    /// at depth, the load already follows capacity, so this is the better
-    /// estimate there (busy time overrates a fast path that is not full).
-    pub fn delivered(&self) -> Option<Vec<f64>> {
-        let v: Vec<f64> = self.paths.iter().map(|p| p.mib_s).collect();
+    /// What each path delivers now, counted `per` byte or request: under
+    /// a load-aware selector at depth, the load already follows capacity,
+    /// so this is the better estimate there (busy time overrates a fast
+    /// path that is not full).
+    pub fn delivered(&self, per: Per) -> Option<Vec<f64>> {
+        let v: Vec<f64> = self.paths.iter().map(|p| per.rate(p)).collect();
         (!v.is_empty() && v.iter().all(|m| *m > 0.0)).then_some(v)
+    }
+}
+
+/// What a path's rate is counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Per {
+    /// MiB/s: what bandwidth-bound paths are limited in.
+    Byte,
+    /// IOPS: what small requests are limited in, where a path's MiB/s is
+    /// the size its requests merged to.
+    Request,
+}
+
+impl Per {
+    fn rate(self, p: &PathFigures) -> f64 {
+        match self {
+            Per::Byte => p.mib_s,
+            Per::Request => p.iops,
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Per::Byte => "MiB/s",
+            Per::Request => "IOPS",
+        }
     }
 }
 
@@ -247,15 +277,19 @@ mod tests {
         w.paths = vec![
             PathFigures {
                 mib_s: 10.0,
+                iops: 160.0,
                 util: Some(1.0),
             },
             PathFigures {
                 mib_s: 10.0,
+                iops: 40.0,
                 util: Some(0.25),
             },
         ];
-        assert_eq!(w.capacities(), Some(vec![10.0, 40.0]));
+        assert_eq!(w.capacities(Per::Byte), Some(vec![10.0, 40.0]));
+        assert_eq!(w.capacities(Per::Request), Some(vec![160.0, 160.0]));
+        assert_eq!(w.delivered(Per::Request), Some(vec![160.0, 40.0]));
         w.paths[1].util = None;
-        assert_eq!(w.capacities(), None);
+        assert_eq!(w.capacities(Per::Byte), None);
     }
 }

@@ -22,9 +22,11 @@
 //! (it gets little) and 30x under round-robin (it queues), and a trial of
 //! the tuner is no sickness. A setting not learnt yet is judged against
 //! the most lenient usual ratio learnt under the same selector, workload,
-//! request size limit and queue depth (the tuner moves weights and active
+//! request size limit and queue depth where the path carried at least as
+//! large a share of the completions (the tuner moves weights and active
 //! paths often, and a path that sickens just then must not be learnt as
-//! usual); with none (a new workload: the ratios of another say nothing
+//! usual; one given more of the I/O runs busier beside idler peers); with
+//! none (a new workload: the ratios of another say nothing
 //! of this one, as a 40 MiB/s path runs full under sequential 1 MiB reads
 //! where it idled under random 64 KiB ones; or a new request size limit or
 //! queue depth, which cut the same I/O into other requests or hold it
@@ -86,6 +88,10 @@ const MIN_COMMANDS: u64 = 50;
 const USUAL_ALPHA: f64 = 0.1;
 /// Windows that learn a path's usual ratio under a new setting.
 const LEARN_WINDOWS: u32 = 5;
+/// How much larger a path's share of the map's completions may be under a
+/// new routing than under a learnt one whose usual ratio judges it (the
+/// share moves a little from window to window).
+const SHARE_SLACK: f64 = 1.25;
 /// How far back a path's error rate looks.
 const ERROR_SPAN_SECS: f64 = 10.0;
 /// Episodes beyond which the recovery time stops doubling.
@@ -128,6 +134,17 @@ impl Routing {
 
 /// A path's usual log-ratio is kept per routing and size class.
 type UsualKey = (Routing, &'static str);
+
+/// A path's usual standing under one routing and size class.
+#[derive(Clone, Copy, Debug)]
+struct Usual {
+    /// Its log-ratio to its peers.
+    log_ratio: f64,
+    /// Its share of the map's completions.
+    share: f64,
+    /// The windows behind them.
+    windows: u32,
+}
 
 /// One path's figures over a window.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,8 +201,7 @@ struct PathHealth {
     /// Windows of the run that were judged bad (not merely silent).
     bad_windows: u32,
     good_since: Option<f64>,
-    /// The usual log-ratio to the peers, and the windows behind it.
-    usual: BTreeMap<UsualKey, (f64, u32)>,
+    usual: BTreeMap<UsualKey, Usual>,
     episodes: u32,
     healthy_since: f64,
     /// Windows of the last `ERROR_SPAN_SECS` the path was up in: (end,
@@ -416,15 +432,16 @@ impl Model {
                 None => continue,
             };
             if !bad {
-                if let Some((key, l)) = learn {
-                    let (u, n) = p.usual.entry(key).or_insert((l, 0));
-                    let alpha = if *n < LEARN_WINDOWS {
-                        1.0 / f64::from(*n + 1)
+                if let Some((key, now)) = learn {
+                    let u = p.usual.entry(key).or_insert(Usual { windows: 0, ..now });
+                    let alpha = if u.windows < LEARN_WINDOWS {
+                        1.0 / f64::from(u.windows + 1)
                     } else {
                         USUAL_ALPHA
                     };
-                    *u += alpha * (l - *u);
-                    *n += 1;
+                    u.log_ratio += alpha * (now.log_ratio - u.log_ratio);
+                    u.share += alpha * (now.share - u.share);
+                    u.windows += 1;
                 }
                 p.bad_since = None;
                 // Spans count from the start of their first window.
@@ -503,8 +520,8 @@ impl Model {
 struct Verdict {
     bad: bool,
     why: String,
-    /// The log-ratio to its peers, and the key it is learnt under.
-    learn: Option<(UsualKey, f64)>,
+    /// The path's standing in the window, and the key it is learnt under.
+    learn: Option<(UsualKey, Usual)>,
 }
 
 /// Whether a path in service was bad in this window, and why; `None`
@@ -515,7 +532,7 @@ fn judge(
     all: &[Sample],
     secs: f64,
     routing: &Routing,
-    usual: &BTreeMap<UsualKey, (f64, u32)>,
+    usual: &BTreeMap<UsualKey, Usual>,
     explain: bool,
 ) -> Option<Verdict> {
     if !s.in_service {
@@ -532,10 +549,21 @@ fn judge(
         )
     };
     let l = r.ln();
-    let learnt = |(u, n): &(f64, u32)| (*n >= LEARN_WINDOWS).then_some(u.exp());
+    let learnt = |u: &Usual| (u.windows >= LEARN_WINDOWS).then_some(u.log_ratio.exp());
+    let total: u64 = all
+        .iter()
+        .filter(|p| p.in_service)
+        .map(|p| p.completed)
+        .sum();
+    let share = s.completed as f64 / total.max(1) as f64;
     // Its usual ratio under this routing, else, while this routing learns,
     // the most lenient one learnt under the same selector, workload,
-    // request size limit and queue depth.
+    // request size limit and queue depth where the path carried as large a
+    // share of the I/O: one that gets more of it now runs busier beside
+    // peers that idle more, which is the new routing, not sickness (seen
+    // in a merge bench: weights from a misread capacity sent equal paths'
+    // writes to two of them, set aside at 10x their idle peers), while a
+    // sick path gets less.
     let (usual, own) = match usual.get(&key).and_then(learnt) {
         Some(u) => (Some(u), true),
         None => (
@@ -548,6 +576,7 @@ fn judge(
                         && rt.queue_depth == routing.queue_depth
                         && *c == class
                 })
+                .filter(|(_, u)| share <= u.share * SHARE_SLACK)
                 .filter_map(|(_, v)| learnt(v))
                 .max_by(f64::total_cmp),
             false,
@@ -567,7 +596,14 @@ fn judge(
     Some(Verdict {
         bad,
         why,
-        learn: Some((key, l)),
+        learn: Some((
+            key,
+            Usual {
+                log_ratio: l,
+                share,
+                windows: 1,
+            },
+        )),
     })
 }
 
@@ -738,6 +774,37 @@ mod tests {
         run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]);
         let shifted = [(12.5, 320), (50.0, 80), (12.5, 320), (12.5, 320)];
         assert!(run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 30, &shifted, &[]).is_empty());
+    }
+
+    #[test]
+    fn paths_given_more_of_the_io_by_new_weights_are_learnt_not_judged() {
+        // Seen in a merge bench (4 paths of 100 IOPS, 4 KiB sequential
+        // writes, service-time): level under equal weights, then a trial of
+        // weights from a misread capacity sent the writes to two paths,
+        // busy at their cap beside two idling at 1 ms, and the busy ones
+        // were set aside as marginal.
+        let mut m = Model::new(Config::default());
+        let st = "st [1, 1, 1, 1] 4/write-small-sequential";
+        let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
+        assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
+        let trial = "st [1, 1, 100, 75] 4/write-small-sequential";
+        let two_busy = [(1.0, 10), (1.0, 10), (12.5, 100), (12.5, 100)];
+        let tr = run_in(&mut m, trial, 30.0, 30, &two_busy, &[]);
+        assert!(tr.is_empty(), "{tr:?}");
+        // Learnt under the trial's weights, a busy path that sickens is seen.
+        let sick = [(1.0, 10), (1.0, 10), (12.5, 100), (150.0, 8)];
+        let tr = run_in(&mut m, trial, 60.0, 6, &sick, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].1.dev, d(48));
+        // While the trial learns, a path that gets less of the I/O is
+        // judged by the equal weights' usual: one that sickens is seen.
+        let mut m = Model::new(Config::default());
+        run_in(&mut m, st, 0.0, 30, &level, &[]);
+        let idle_sick = [(100.0, 10), (1.0, 10), (12.5, 100), (12.5, 100)];
+        let tr = run_in(&mut m, trial, 30.0, 6, &idle_sick, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!(tr[0].1.dev, d(0));
+        assert!(tr[0].1.why.contains("learning; up to"), "{}", tr[0].1.why);
     }
 
     #[test]
