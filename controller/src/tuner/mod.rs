@@ -1007,24 +1007,33 @@ impl Tuner {
         // took the writes in a merge bench, 0.3/0.4/4/3 MiB/s): busy time
         // instead (exact for large requests, tens of ms each, and for one
         // request at a time; io_ticks counts in jiffies). Elsewhere the
-        // load of a load-aware selector already follows capacity. Small
-        // requests are counted, not their bytes: an IOPS-bound path's MiB/s
-        // is the size its requests merged to (four equal 100 IOPS paths
-        // read 1/4/3/1 MiB/s by busy time at queue_depth 1).
-        let per = if class.size == Size::Small {
-            Per::Request
-        } else {
-            Per::Byte
+        // load of a load-aware selector already follows capacity.
+        let measure = |per: Per| {
+            if cur.selector == Selector::RoundRobin
+                || class.size == Size::Large
+                || cur.queue_depth == 1
+            {
+                w.capacities(per)
+            } else {
+                w.delivered(per)
+            }
+            .filter(|c| c.len() == total_paths)
         };
-        let measured = if cur.selector == Selector::RoundRobin
-            || class.size == Size::Large
-            || cur.queue_depth == 1
-        {
-            w.capacities(per)
-        } else {
-            w.delivered(per)
-        }
-        .filter(|c| c.len() == total_paths);
+        // Small requests may be bound by IOPS or by bandwidth, and a path's
+        // MiB/s is also the size its requests merged to (four equal 100
+        // IOPS paths read 1/4/3/1 MiB/s by busy time at queue_depth 1, two
+        // merging to 40 KiB, two idling on 4 KiB): they differ only when
+        // counted in requests too.
+        let measured = match measure(Per::Byte) {
+            Some(c)
+                if class.size == Size::Small
+                    && clearly_unequal(&c)
+                    && !measure(Per::Request).is_some_and(|r| clearly_unequal(&r)) =>
+            {
+                None
+            }
+            c => c,
+        };
         // A large-request workload whose own figures look even falls back
         // on the capacity seen earlier (kept only when clearly unequal).
         let (caps, learned) = match measured {
@@ -1059,14 +1068,13 @@ impl Tuner {
             .map(|(wts, caps)| {
                 let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
                 let why = format!(
-                    "{} path capacity {} {}: service-time weighted by it",
+                    "{} path capacity {} MiB/s: service-time weighted by it",
                     if learned {
                         "earlier measured"
                     } else {
                         "measured"
                     },
-                    caps_s.join("/"),
-                    per.unit()
+                    caps_s.join("/")
                 );
                 let set = move |s: &mut Settings| {
                     s.selector = Selector::ServiceTime;

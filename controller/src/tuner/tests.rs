@@ -527,6 +527,30 @@ fn equal_paths_that_one_request_each_leaves_uneven_are_not_weighted() {
 }
 
 #[test]
+fn unequal_paths_under_small_writes_are_weighted_by_their_bandwidth() {
+    // 10/20/40/80 MiB/s paths under 4 KiB writes differ counted in
+    // requests as well as in bytes: weighted by their MiB/s.
+    let f = |s: &Settings| {
+        if s.weights == [13, 25, 50, 100] {
+            60.0
+        } else {
+            40.0
+        }
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut start = example(4);
+    start.selector = Selector::ServiceTime;
+    let mut r = Run::new(Mode::Tune, start);
+    r.steps(&mut p, 40, 4.0, 0.0, 0.0, &Health::default());
+    let log = r.tuner.drain();
+    assert_eq!(
+        r.tuner.settings().weights,
+        vec![13, 25, 50, 100],
+        "{log:#?}"
+    );
+}
+
+#[test]
 fn a_trial_cut_short_by_a_pause_is_undone_on_resume() {
     // Seen in the VM: an active_paths trial paused by a path state change
     // stayed in place, never judged, and became the next baseline.

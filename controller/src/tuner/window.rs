@@ -106,8 +106,8 @@ impl Window {
 pub enum Per {
     /// MiB/s: what bandwidth-bound paths are limited in.
     Byte,
-    /// IOPS: what small requests are limited in, where a path's MiB/s is
-    /// the size its requests merged to.
+    /// IOPS: what IOPS-bound paths are limited in, where a path's MiB/s
+    /// is also the size its requests merged to.
     Request,
 }
 
@@ -116,13 +116,6 @@ impl Per {
         match self {
             Per::Byte => p.mib_s,
             Per::Request => p.iops,
-        }
-    }
-
-    pub fn unit(self) -> &'static str {
-        match self {
-            Per::Byte => "MiB/s",
-            Per::Request => "IOPS",
         }
     }
 }
