@@ -1004,7 +1004,7 @@ impl Tuner {
         // does it for large requests at low depth, which follow the
         // selector's rotation, nor at queue_depth 1, where requests bounce
         // off a busy path and land where they can (two of four equal paths
-        // took the writes in a merge bench, 0.3/0.4/4/3 MiB/s): busy time
+        // took the writes in a merge bench, 0/0/4/3 MiB/s): busy time
         // instead (exact for large requests, tens of ms each, and for one
         // request at a time; io_ticks counts in jiffies). Elsewhere the
         // load of a load-aware selector already follows capacity.

@@ -485,7 +485,7 @@ fn an_array_that_overlaps_two_requests_a_path_ends_at_queue_depth_2() {
 fn equal_paths_that_one_request_each_leaves_uneven_are_not_weighted() {
     // Seen in a merge bench (4 paths of 100 IOPS, 4 KiB sequential writes,
     // service-time): at queue_depth 1 two paths took the writes, merged to
-    // 40 KiB, and two idled on 4 KiB ones, delivering 0.3/0.4/4/3 MiB/s
+    // 40 KiB, and two idled on 4 KiB ones, delivering 0/0/4/3 MiB/s
     // (1/4/3/1 MiB/s by busy time); weights and queue-length tried on that
     // lost 15-27%. Counted in requests per busy second, they are alike.
     let f = |s: &Settings| if s.queue_depth == 1 { 6.4 } else { 1.55 };

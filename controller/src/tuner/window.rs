@@ -84,8 +84,8 @@ impl Window {
     pub fn capacities(&self, per: Per) -> Option<Vec<f64>> {
         self.paths
             .iter()
-            .map(|p| match p.util {
-                Some(u) if u >= 0.05 && per.rate(p) > 0.0 => Some(per.rate(p) / u.min(1.0)),
+            .map(|p| match (p.util, per.rate(p)) {
+                (Some(u), r) if u >= 0.05 && r > 0.0 => Some(r / u.min(1.0)),
                 _ => None,
             })
             .collect()
