@@ -338,37 +338,47 @@ pub fn switch(o: &Opts) -> Result<Report> {
         }
         rows.push(row);
     }
-    // pathpilot from the defaults, learning as the workload changes.
-    rig.reset()?;
-    rig.start_daemon("tune")?;
-    let (pts, starts) = run_phases(&rig, phase_s, cycles)?;
-    let st = rig.status()?;
-    let settings = show_settings(&st["maps"][0]["settings"]);
-    let decisions = st["decisions"].as_array().cloned().unwrap_or_default();
-    let log = rig.decisions(0)?;
-    rig.stop_daemon()?;
+    // pathpilot from the defaults, learning as the workload changes, and
+    // from round-robin, the worst static setting: its own work, not the
+    // default's.
+    let tuned = |name: &str, start: Option<&Static>| -> Result<Row> {
+        match start {
+            Some(s) => rig.apply(s).map(drop)?,
+            None => rig.reset().map(drop)?,
+        }
+        rig.start_daemon("tune")?;
+        let (pts, starts) = run_phases(&rig, phase_s, cycles)?;
+        let st = rig.status()?;
+        let settings = show_settings(&st["maps"][0]["settings"]);
+        let decisions = st["decisions"].as_array().cloned().unwrap_or_default();
+        let log = rig.decisions(0)?;
+        rig.stop_daemon()?;
+        // Settle time after each change: the last decision within the phase.
+        let mut settle = vec![];
+        for (i, t0) in starts.iter().enumerate() {
+            let t1 = starts.get(i + 1).copied().unwrap_or(f64::INFINITY);
+            let within = |d: &&Value| d["unix"].as_f64().is_some_and(|u| u >= *t0 && u < t1);
+            let last = decisions
+                .iter()
+                .filter(within)
+                .filter_map(|d| d["unix"].as_f64())
+                .reduce(f64::max);
+            settle.push(json!({
+                "phase": PHASES[i % PHASES.len()].name,
+                "settle_s": last.map(|u| ((u - t0) * 10.0).round() / 10.0),
+                "decisions": decisions.iter().filter(within).count(),
+            }));
+        }
+        eprintln!("bench: switch / {name}:\n  {}", log.join("\n  "));
+        Ok(Row::new(case, name, summarize(&pts))
+            .with("setting", json!(settings))
+            .with("phases", phase_json(&pts))
+            .with("settle_per_phase", json!(settle))
+            .with("decisions", json!(log)))
+    };
+    let ours = tuned("pathpilot", None)?;
+    let from_rr = tuned(FROM_RR, Some(&Static::sel("round-robin", "round-robin")))?;
     tb.power_off()?;
-    // Settle time after each change: the last decision within the phase.
-    let mut settle = vec![];
-    for (i, t0) in starts.iter().enumerate() {
-        let t1 = starts.get(i + 1).copied().unwrap_or(f64::INFINITY);
-        let last = decisions
-            .iter()
-            .filter_map(|d| d["unix"].as_f64())
-            .filter(|u| *u >= *t0 && *u < t1)
-            .fold(None, |a: Option<f64>, u| Some(a.map_or(u, |x| x.max(u))));
-        settle.push(json!({
-            "phase": PHASES[i % PHASES.len()].name,
-            "settle_s": last.map(|u| ((u - t0) * 10.0).round() / 10.0),
-            "decisions": decisions.iter().filter(|d| d["unix"].as_f64().is_some_and(|u| u >= *t0 && u < t1)).count(),
-        }));
-    }
-    eprintln!("bench: switch / pathpilot:\n  {}", log.join("\n  "));
-    let ours = Row::new(case, "pathpilot", summarize(&pts))
-        .with("setting", json!(settings))
-        .with("phases", phase_json(&pts))
-        .with("settle_per_phase", json!(settle))
-        .with("decisions", json!(log));
     let mut out: Vec<Row> = rows
         .iter()
         .filter(|r| r.config != "grid")
@@ -397,26 +407,30 @@ pub fn switch(o: &Opts) -> Result<Report> {
             .with("phases", phase_json(&pts))
             .with("label", json!("oracle per phase")),
     );
-    r.verdict(
-        format!(
-            "pathpilot over the whole run >= the best static configuration: {:.1} vs {:.1} MiB/s",
-            ours.p.mib_s, best_static
-        ),
-        ours.p.mib_s >= best_static,
-    );
-    let share = ours.p.mib_s / ceiling * 100.0;
-    if o.quick {
-        r.notes.push(format!(
-            "pathpilot reached {share:.0}% of the per-phase oracle ({ceiling:.1} MiB/s); the \
-             full run holds it to 90%"
-        ));
-    } else {
+    for row in [&ours, &from_rr] {
+        let name = &row.config;
         r.verdict(
-            format!("pathpilot >= 90% of the per-phase oracle: {share:.0}% of {ceiling:.1} MiB/s"),
-            share >= 90.0,
+            format!(
+                "{name} over the whole run >= the best static configuration: {:.1} vs {:.1} MiB/s",
+                row.p.mib_s, best_static
+            ),
+            row.p.mib_s >= best_static,
         );
+        let share = row.p.mib_s / ceiling * 100.0;
+        if o.quick {
+            r.notes.push(format!(
+                "{name} reached {share:.0}% of the per-phase oracle ({ceiling:.1} MiB/s); the \
+                 full run holds it to 90%"
+            ));
+        } else {
+            r.verdict(
+                format!("{name} >= 90% of the per-phase oracle: {share:.0}% of {ceiling:.1} MiB/s"),
+                share >= 90.0,
+            );
+        }
     }
     out.push(ours);
+    out.push(from_rr);
     out.extend(rows.into_iter().filter(|r| r.config == "grid"));
     r.rows = out;
     Ok(r)
