@@ -882,6 +882,16 @@ flap_hold_secs = 6
         Ok(p)
     }
 
+    /// The map at `start` (its defaults when `None`), then the daemon
+    /// tuning it.
+    pub fn start_tuning_from(&self, start: Option<&Static>) -> Result<()> {
+        match start {
+            Some(s) => self.apply(s).map(drop)?,
+            None => self.reset().map(drop)?,
+        }
+        self.start_daemon("tune")
+    }
+
     /// Starts `pathpilot daemon` with the bench config in `mode`.
     pub fn start_daemon(&self, mode: &str) -> Result<()> {
         let cfg = self
@@ -1269,11 +1279,7 @@ fn tune_and_measure_from(
     start: Option<&Static>,
     measures: usize,
 ) -> Result<Vec<Ours>> {
-    match start {
-        Some(s) => rig.apply(s).map(drop)?,
-        None => rig.reset().map(drop)?,
-    }
-    rig.start_daemon("tune")?;
+    rig.start_tuning_from(start)?;
     let mut out = vec![];
     let mut seen = 0;
     for w in workloads {

@@ -342,11 +342,7 @@ pub fn switch(o: &Opts) -> Result<Report> {
     // from round-robin, the worst static setting: its own work, not the
     // default's.
     let tuned = |name: &str, start: Option<&Static>| -> Result<Row> {
-        match start {
-            Some(s) => rig.apply(s).map(drop)?,
-            None => rig.reset().map(drop)?,
-        }
-        rig.start_daemon("tune")?;
+        rig.start_tuning_from(start)?;
         let (pts, starts) = run_phases(&rig, phase_s, cycles)?;
         let st = rig.status()?;
         let settings = show_settings(&st["maps"][0]["settings"]);
