@@ -12,10 +12,13 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    cty::c_void,
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel, generated},
     macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
     programs::{RawTracePointContext, TracePointContext},
@@ -54,11 +57,15 @@ static CGROUPS: LruPerCpuHashMap<CgroupKey, CgroupStats> =
 #[unsafe(no_mangle)]
 static LAYOUT: Layout = Layout::UNSET;
 
-#[inline(always)]
-fn layout() -> Layout {
-    // volatile: the loader rewrites this read-only data, so the compiler
-    // must not fold the initial value into the code.
-    unsafe { core::ptr::read_volatile(&LAYOUT) }
+/// One field of `LAYOUT`. Volatile: the loader rewrites this read-only
+/// data, so the compiler must not fold the initial value into the code.
+/// Field by field, so a program loads only what it uses: a volatile copy
+/// of the whole struct cost every run of every program some fifty loads,
+/// spills and reloads.
+macro_rules! lay {
+    ($field:ident) => {
+        unsafe { core::ptr::read_volatile(&raw const LAYOUT.$field) }
+    };
 }
 
 /// The slot of a watched device.
@@ -102,19 +109,33 @@ fn shared(slot: u32) -> Option<&'static mut DevShared> {
 /// a tracepoint's record), read in one go: each kernel read is a helper
 /// call that costs more than the work done with what it returns, so one
 /// read serves every field.
-struct Words<const N: usize>([u64; N]);
+///
+/// The words are read into the caller's frame and used where they lie: a
+/// read returned by value was copied once more, word by word, on every run.
+struct Words<const N: usize>(MaybeUninit<[u64; N]>);
 
 impl<const N: usize> Words<N> {
     #[inline(always)]
-    fn read(addr: u64) -> Result<Self, i32> {
-        unsafe { bpf_probe_read_kernel(addr as *const [u64; N]) }
-            .map(Words)
-            .map_err(|e| e as i32)
+    fn new() -> Self {
+        Words(MaybeUninit::uninit())
+    }
+
+    #[inline(always)]
+    fn read(&mut self, addr: u64) -> Result<&Self, i32> {
+        let ret = unsafe {
+            generated::bpf_probe_read_kernel(
+                self.0.as_mut_ptr().cast(),
+                (N * 8) as u32,
+                addr as *const c_void,
+            )
+        };
+        if ret == 0 { Ok(self) } else { Err(ret as i32) }
     }
 
     #[inline(always)]
     fn u64_at(&self, off: u32) -> u64 {
-        *self.0.get((off / 8) as usize % N).unwrap_or(&0)
+        // Filled whole by the read, or never handed out.
+        unsafe { self.0.assume_init_ref()[(off / 8) as usize % N] }
     }
 
     #[inline(always)]
@@ -141,17 +162,17 @@ fn kread<T>(addr: u64) -> Result<T, i32> {
 /// cache of queues: two kernel reads (queue -> disk -> dev_t) only on a
 /// miss, or after the watch list changed.
 #[inline(always)]
-fn slot_of_queue(l: &Layout, q: u64) -> Option<u32> {
+fn slot_of_queue(q: u64) -> Option<u32> {
     let generation = *GENERATION.get(0)?;
     let idx = ((q >> 10) ^ (q >> 20)) as u32 & (QUEUE_CACHE - 1);
     let e = unsafe { &mut *QUEUES.get_ptr_mut(idx)? };
     if e.q != q || e.generation != generation {
-        let disk: u64 = kread(q + l.q_disk as u64).ok()?;
+        let disk: u64 = kread(q + lay!(q_disk) as u64).ok()?;
         let slot = if disk == 0 {
             None
         } else {
             // gendisk's major and first_minor, side by side.
-            let mm: u64 = kread(disk + l.disk_major as u64).ok()?;
+            let mm: u64 = kread(disk + lay!(disk_major) as u64).ok()?;
             let dev = ((mm as u32) << 20) | ((mm >> 32) as u32 & 0xf_ffff);
             slot_of(dev)
         };
@@ -166,16 +187,16 @@ fn slot_of_queue(l: &Layout, q: u64) -> Option<u32> {
 /// kernel's diskstats group it: a zone command (no data) counts as a read
 /// or a write like any other operation.
 #[inline(always)]
-fn direction(l: &Layout, op: u32, data_len: u32) -> usize {
-    if op == l.op_drv_in || op == l.op_drv_out {
+fn direction(op: u32, data_len: u32) -> usize {
+    if op == lay!(op_drv_in) || op == lay!(op_drv_out) {
         // SCSI passthrough (a checker's TEST UNIT READY): neither data nor a flush.
         DIR_OTHER
-    } else if op == l.op_flush || (op == l.op_write && data_len == 0) {
+    } else if op == lay!(op_flush) || (op == lay!(op_write) && data_len == 0) {
         // A flush request, or a caller's empty flush (a write of nothing).
         DIR_FLUSH
-    } else if op == l.op_discard {
+    } else if op == lay!(op_discard) {
         DIR_DISCARD
-    } else if op & 1 == l.op_write & 1 {
+    } else if op & 1 == lay!(op_write) & 1 {
         // Writes are odd operations (op_is_write()).
         DIR_WRITE
     } else {
@@ -187,8 +208,8 @@ fn direction(l: &Layout, op: u32, data_len: u32) -> usize {
 /// device executed (see `try_complete`). Zone commands carry no data and
 /// are executed.
 #[inline(always)]
-fn nothing_left(l: &Layout, op: u32, data_len: u32) -> bool {
-    data_len == 0 && (op == l.op_read || op == l.op_write)
+fn nothing_left(op: u32, data_len: u32) -> bool {
+    data_len == 0 && (op == lay!(op_read) || op == lay!(op_write))
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_issue")]
@@ -198,9 +219,9 @@ pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let l = layout();
-    let r = RqHead::read(ctx.arg(0))?;
-    let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
+    let mut head = RqHead::new();
+    let r = head.read(ctx.arg(0))?;
+    let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
         return Ok(());
     };
     let sh = shared(slot).ok_or(-1)?;
@@ -214,11 +235,11 @@ fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
     if now > sh.peak {
         sh.peak = now;
     }
-    let op = r.u32_at(l.rq_cmd_flags) & l.op_mask;
-    let len = r.u32_at(l.rq_data_len);
-    let dir = direction(&l, op, len);
+    let op = r.u32_at(lay!(rq_cmd_flags)) & lay!(op_mask);
+    let len = r.u32_at(lay!(rq_data_len));
+    let dir = direction(op, len);
     if dir != DIR_FLUSH && dir != DIR_OTHER && len != 0 {
-        let sector = r.u64_at(l.rq_sector);
+        let sector = r.u64_at(lay!(rq_sector));
         let s = stats(slot).ok_or(-1)?;
         if sh.next_sector == sector {
             s.sequential += 1;
@@ -233,17 +254,17 @@ fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
 #[raw_tracepoint(tracepoint = "block_rq_requeue")]
 pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
     let _ = (|| -> Result<(), i32> {
-        let l = layout();
-        let r = RqHead::read(ctx.arg(0))?;
-        let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
+        let mut head = RqHead::new();
+        let r = head.read(ctx.arg(0))?;
+        let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
             return Ok(());
         };
         // Back to the queue: no longer at the device (issued again later).
         // The tracepoint also fires for a request that a driver turned
         // away before starting it (SCSI when its host is busy): that one
         // was never counted in.
-        let state: u32 = kread(ctx.arg::<u64>(0) + l.rq_state as u64)?;
-        if state != l.rq_state_idle {
+        let state: u32 = kread(ctx.arg::<u64>(0) + lay!(rq_state) as u64)?;
+        if state != lay!(rq_state_idle) {
             atomic_add(&mut shared(slot).ok_or(-1)?.inflight, -1);
         }
         stats(slot).ok_or(-1)?.requeues += 1;
@@ -265,17 +286,17 @@ pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
 }
 
 fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let l = layout();
-    let r = Rq::read(ctx.arg(0))?;
-    let Some(slot) = slot_of_queue(&l, r.u64_at(l.rq_q)) else {
+    let mut rq = Rq::new();
+    let r = rq.read(ctx.arg(0))?;
+    let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
         return Ok(());
     };
     let error: u64 = ctx.arg(1);
     let nr_bytes = ctx.arg::<u64>(2) as u32;
-    let flags = r.u32_at(l.rq_cmd_flags);
-    let op = flags & l.op_mask;
-    let len = r.u32_at(l.rq_data_len);
-    let dir = direction(&l, op, len);
+    let flags = r.u32_at(lay!(rq_cmd_flags));
+    let op = flags & lay!(op_mask);
+    let len = r.u32_at(lay!(rq_data_len));
+    let dir = direction(op, len);
     // Only what the device executed counts, as the kernel's diskstats
     // count it: a data request's data, a flush request (the block layer's
     // own, or dm's clone of one), a zone command, a passthrough command. A
@@ -285,7 +306,7 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     // caller's empty flush (never issued: its flush request was) and a data
     // request after the flush that follows it. Counting those kept the
     // in-flight count off by one per flush sequence.
-    if nothing_left(&l, op, len) {
+    if nothing_left(op, len) {
         return Ok(());
     }
     let s = stats(slot).ok_or(-1)?;
@@ -306,10 +327,10 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     // than by a program on block_rq_remap, which cost every I/O through a
     // map a program run of its own (a fifth of the observer's cost in the
     // testbed guest).
-    if l.clone_flags != 0
-        && flags & l.clone_flags == l.clone_flags
-        && (flags & l.rahead_flag == 0
-            || kread::<u64>(ctx.arg::<u64>(0) + l.rq_end_io as u64).is_ok_and(|e| e != 0))
+    if lay!(clone_flags) != 0
+        && flags & lay!(clone_flags) == lay!(clone_flags)
+        && (flags & lay!(rahead_flag) == 0
+            || kread::<u64>(ctx.arg::<u64>(0) + lay!(rq_end_io) as u64).is_ok_and(|e| e != 0))
     {
         s.remapped += 1;
     }
@@ -323,11 +344,11 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     }
     // Timed from the kernel's own stamp: the issue to the device where the
     // queue keeps blk-stat, else the request's start (as iostat's await).
-    let io_start = r.u64_at(l.rq_io_start_time_ns);
+    let io_start = r.u64_at(lay!(rq_io_start_time_ns));
     let start = if io_start != 0 {
         io_start
     } else {
-        r.u64_at(l.rq_start_time_ns)
+        r.u64_at(lay!(rq_start_time_ns))
     };
     if start != 0 && start <= now {
         let lat = now - start;
@@ -353,14 +374,15 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
 }
 
 #[inline(always)]
-fn record(ctx: &TracePointContext) -> Result<Record, i32> {
-    Record::read(ctx.as_ptr() as u64)
+fn record<'a>(ctx: &TracePointContext, into: &'a mut Record) -> Result<&'a Record, i32> {
+    into.read(ctx.as_ptr() as u64)
 }
 
 /// Counts one event on a watched device, reading only its dev field.
 #[inline(always)]
 fn count(ctx: &TracePointContext, dev_off: u32, f: impl FnOnce(&mut DevStats)) {
-    if let Ok(r) = record(ctx)
+    let mut rec = Record::new();
+    if let Ok(r) = record(ctx, &mut rec)
         && let Some(slot) = slot_of(r.u32_at(dev_off))
         && let Some(s) = stats(slot)
     {
@@ -370,19 +392,19 @@ fn count(ctx: &TracePointContext, dev_off: u32, f: impl FnOnce(&mut DevStats)) {
 
 #[tracepoint]
 pub fn block_rq_merge(ctx: TracePointContext) -> u32 {
-    count(&ctx, layout().merge_dev, |s| s.rq_merges += 1);
+    count(&ctx, lay!(merge_dev), |s| s.rq_merges += 1);
     0
 }
 
 #[tracepoint]
 pub fn block_bio_backmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, layout().backmerge_dev, |s| s.bio_backmerges += 1);
+    count(&ctx, lay!(backmerge_dev), |s| s.bio_backmerges += 1);
     0
 }
 
 #[tracepoint]
 pub fn block_bio_frontmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, layout().frontmerge_dev, |s| s.bio_frontmerges += 1);
+    count(&ctx, lay!(frontmerge_dev), |s| s.bio_frontmerges += 1);
     0
 }
 
@@ -393,14 +415,14 @@ pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
 }
 
 fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
-    let l = layout();
-    let r = record(ctx)?;
-    let dev = r.u32_at(l.bio_queue_dev);
+    let mut rec = Record::new();
+    let r = record(ctx, &mut rec)?;
+    let dev = r.u32_at(lay!(bio_queue_dev));
     let Some(slot) = slot_of(dev) else {
         return Ok(());
     };
-    let nr = r.u32_at(l.bio_queue_nr_sector);
-    let sector = r.u64_at(l.bio_queue_sector);
+    let nr = r.u32_at(lay!(bio_queue_nr_sector));
+    let sector = r.u64_at(lay!(bio_queue_sector));
     let bytes = nr as u64 * 512;
     let s = stats(slot).ok_or(-1)?;
     s.bios += 1;
