@@ -1,11 +1,12 @@
 //! Field offsets of the block tracepoints, read from tracefs at load time:
-//! the layouts differ between events and kernels, so nothing is assumed.
+//! the programs read the classic tracepoints' fields at built-in offsets
+//! (see `REC_DEV`), and a kernel that puts them elsewhere is refused here.
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
 };
 
-use pathpilot_common::{Layout, RQ_CHUNK};
+use pathpilot_common::{Layout, REC_DEV, REC_NR_SECTOR, REC_SECTOR, RQ_CHUNK};
 
 use super::ObserveError;
 
@@ -100,20 +101,39 @@ fn field(
             "tracepoint block/{event} field '{name}' is {sz} bytes, expected {size}"
         )));
     }
-    // The probes read a record's first 32 bytes in one go.
-    if off + size > 32 {
-        return Err(ObserveError::Layout(format!(
-            "tracepoint block/{event} field '{name}' at offset {off}, past the 32 bytes read"
-        )));
-    }
     Ok(off)
+}
+
+/// Checks that the classic tracepoints keep the fields the programs read
+/// where the programs read them.
+fn fixed_fields(
+    root: &Path,
+    cache: &mut HashMap<String, HashMap<String, (u32, u32)>>,
+) -> Result<(), ObserveError> {
+    for (event, name, size, at) in [
+        ("block_rq_merge", "dev", 4, REC_DEV),
+        ("block_bio_queue", "dev", 4, REC_DEV),
+        ("block_bio_queue", "sector", 8, REC_SECTOR),
+        ("block_bio_queue", "nr_sector", 4, REC_NR_SECTOR),
+        ("block_bio_backmerge", "dev", 4, REC_DEV),
+        ("block_bio_frontmerge", "dev", 4, REC_DEV),
+    ] {
+        let off = field(root, event, name, size, cache)?;
+        if off as usize != at {
+            return Err(ObserveError::Layout(format!(
+                "tracepoint block/{event} field '{name}' is at offset {off}; the probes read it at {at}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Everything the programs read, located in the running kernel: `struct
 /// request` members (the raw tracepoints read the request) and `enum
-/// req_op` values from BTF, classic tracepoint fields from tracefs.
+/// req_op` values from BTF; the classic tracepoints' fields are checked
+/// against tracefs.
 pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError> {
-    let c = &mut HashMap::new();
+    fixed_fields(root, &mut HashMap::new())?;
     let bad = |e: String| ObserveError::Layout(format!("kernel BTF: {e}"));
     let member = |s: &str, m: &str| btf.member_offset(s, m).map_err(bad);
     // The raw tracepoints read the first RQ_CHUNK bytes of a request in
@@ -167,12 +187,6 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         op_discard: op("REQ_OP_DISCARD")?,
         op_drv_in: op("REQ_OP_DRV_IN")?,
         op_drv_out: op("REQ_OP_DRV_OUT")?,
-        merge_dev: field(root, "block_rq_merge", "dev", 4, c)?,
-        bio_queue_dev: field(root, "block_bio_queue", "dev", 4, c)?,
-        bio_queue_sector: field(root, "block_bio_queue", "sector", 8, c)?,
-        bio_queue_nr_sector: field(root, "block_bio_queue", "nr_sector", 4, c)?,
-        backmerge_dev: field(root, "block_bio_backmerge", "dev", 4, c)?,
-        frontmerge_dev: field(root, "block_bio_frontmerge", "dev", 4, c)?,
         clone_flags: flag_bit(btf, "__REQ_NOMERGE").map_err(bad)?
             | flag_bit(btf, "__REQ_FAILFAST_TRANSPORT").map_err(bad)?,
         rahead_flag: flag_bit(btf, "__REQ_RAHEAD").map_err(bad)?,
@@ -236,6 +250,37 @@ print fmt: \"%d,%d\"
     }
 
     #[test]
+    fn a_record_field_where_the_probes_do_not_read_it_is_refused() {
+        let dir = std::env::temp_dir().join(format!("pp-tracefs-fixed-{}", std::process::id()));
+        let write = |event: &str, text: &str| {
+            let ev = dir.join("events/block").join(event);
+            std::fs::create_dir_all(&ev).unwrap();
+            std::fs::write(ev.join("format"), text).unwrap();
+        };
+        for event in [
+            "block_rq_merge",
+            "block_bio_queue",
+            "block_bio_backmerge",
+            "block_bio_frontmerge",
+        ] {
+            write(event, REQUEUE);
+        }
+        fixed_fields(&dir, &mut HashMap::new()).expect("fields where the probes read them");
+        write(
+            "block_bio_queue",
+            &REQUEUE.replace("offset:16;\tsize:8", "offset:32;\tsize:8"),
+        );
+        let err = fixed_fields(&dir, &mut HashMap::new()).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "block_bio_queue field 'sector' is at offset 32; the probes read it at 16"
+            ),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_running_kernel_has_every_field() {
         // Host and VM kernels both must: this is what the probes read.
         let root = locate().expect("tracefs (run as root)");
@@ -247,7 +292,6 @@ print fmt: \"%d,%d\"
             (0, 1, 2, 3)
         );
         assert!(l.op_drv_in > l.op_discard && l.op_drv_out == l.op_drv_in + 1);
-        assert_ne!(l.bio_queue_sector, 0);
         // Two distinct bits above the operation's 8.
         assert_eq!(l.clone_flags.count_ones(), 2, "{:#x}", l.clone_flags);
         assert_eq!(l.clone_flags & l.op_mask, 0);

@@ -223,10 +223,20 @@ pub struct CgroupStats {
     pub bytes: u64,
 }
 
+/// Where the classic block tracepoints' records (block_bio_queue, the bio
+/// merges, block_rq_merge) keep the fields the programs read. The programs
+/// load them from their context directly, which the verifier allows only
+/// at an offset fixed in the instruction: a helper call to read them cost
+/// more than the rest of block_bio_queue's work. So they are built in, and
+/// the loader refuses a kernel whose format files put them elsewhere.
+pub const REC_DEV: usize = 8;
+pub const REC_SECTOR: usize = 16;
+pub const REC_NR_SECTOR: usize = 24;
+
 /// Where the programs find what they read, written into their read-only
 /// data at load time: `struct request` members (the raw tracepoints read
-/// the request itself) from the kernel's BTF, classic tracepoint fields
-/// from tracefs format files, and `enum req_op` values.
+/// the request itself) from the kernel's BTF, and `enum req_op` values
+/// (the classic tracepoints' fields are fixed, see `REC_DEV`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -253,12 +263,6 @@ pub struct Layout {
     pub op_discard: u32,
     pub op_drv_in: u32,
     pub op_drv_out: u32,
-    pub merge_dev: u32,
-    pub bio_queue_dev: u32,
-    pub bio_queue_sector: u32,
-    pub bio_queue_nr_sector: u32,
-    pub backmerge_dev: u32,
-    pub frontmerge_dev: u32,
     /// The `cmd_flags` bits that every clone dm-multipath sends down a path
     /// carries (REQ_NOMERGE | REQ_FAILFAST_TRANSPORT, `enum
     /// req_flag_bits`): a request with both is a dm clone, counted as
@@ -294,12 +298,6 @@ impl Layout {
         op_discard: 0,
         op_drv_in: 0,
         op_drv_out: 0,
-        merge_dev: 0,
-        bio_queue_dev: 0,
-        bio_queue_sector: 0,
-        bio_queue_nr_sector: 0,
-        backmerge_dev: 0,
-        frontmerge_dev: 0,
         clone_flags: 0,
         rahead_flag: 0,
         rq_end_io: 0,

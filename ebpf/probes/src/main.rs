@@ -6,8 +6,9 @@
 //! which hand over `struct request` itself: the programs read what they
 //! need from it in one go (offsets from the kernel's BTF, in LAYOUT), and
 //! time a request from the kernel's own stamps, so no table of requests in
-//! flight is kept. Bios and merges come from classic tracepoints; a dm
-//! clone is known by its flags, at no cost of its own.
+//! flight is kept. Bios and merges come from classic tracepoints, whose
+//! fields are loaded from the record in place; a dm clone is known by its
+//! flags, at no cost of its own.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
@@ -26,8 +27,8 @@ use aya_ebpf::{
 use pathpilot_common::{
     CgroupCache, CgroupKey, CgroupStats, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
     DevShared, DevStats, LAT_BUCKETS, LAT_CLASS_BUCKETS, LAT_CLASS_LOG2_MIN, Layout, MAX_SLOTS,
-    NO_SLOT, QUEUE_CACHE, QueueSlot, RQ_CHUNK, SIZE_BUCKETS, SLOT_EMPTY, SLOT_PROBES, Slot, log2,
-    size_class, slot_home,
+    NO_SLOT, QUEUE_CACHE, QueueSlot, REC_DEV, REC_NR_SECTOR, REC_SECTOR, RQ_CHUNK, SIZE_BUCKETS,
+    SLOT_EMPTY, SLOT_PROBES, Slot, log2, size_class, slot_home,
 };
 
 /// The watch list (see `Slot`), and its generation: userspace bumps it
@@ -149,9 +150,6 @@ impl<const N: usize> Words<N> {
 /// probe reads (the time stamps too).
 type RqHead = Words<8>;
 type Rq = Words<{ RQ_CHUNK / 8 }>;
-/// The start of a classic tracepoint's record: the fields the probes read
-/// all lie in its first 32 bytes (checked at load).
-type Record = Words<4>;
 
 #[inline(always)]
 fn kread<T>(addr: u64) -> Result<T, i32> {
@@ -373,17 +371,17 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
+/// A field of a classic tracepoint's record, loaded from the context
+/// itself: no helper call, as the offset is fixed (checked at load).
 #[inline(always)]
-fn record<'a>(ctx: &TracePointContext, into: &'a mut Record) -> Result<&'a Record, i32> {
-    into.read(ctx.as_ptr() as u64)
+fn rec<T>(ctx: &TracePointContext, off: usize) -> T {
+    unsafe { core::ptr::read_volatile((ctx.as_ptr() as *const u8).add(off) as *const T) }
 }
 
 /// Counts one event on a watched device, reading only its dev field.
 #[inline(always)]
-fn count(ctx: &TracePointContext, dev_off: u32, f: impl FnOnce(&mut DevStats)) {
-    let mut rec = Record::new();
-    if let Ok(r) = record(ctx, &mut rec)
-        && let Some(slot) = slot_of(r.u32_at(dev_off))
+fn count(ctx: &TracePointContext, f: impl FnOnce(&mut DevStats)) {
+    if let Some(slot) = slot_of(rec(ctx, REC_DEV))
         && let Some(s) = stats(slot)
     {
         f(s);
@@ -392,19 +390,19 @@ fn count(ctx: &TracePointContext, dev_off: u32, f: impl FnOnce(&mut DevStats)) {
 
 #[tracepoint]
 pub fn block_rq_merge(ctx: TracePointContext) -> u32 {
-    count(&ctx, lay!(merge_dev), |s| s.rq_merges += 1);
+    count(&ctx, |s| s.rq_merges += 1);
     0
 }
 
 #[tracepoint]
 pub fn block_bio_backmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, lay!(backmerge_dev), |s| s.bio_backmerges += 1);
+    count(&ctx, |s| s.bio_backmerges += 1);
     0
 }
 
 #[tracepoint]
 pub fn block_bio_frontmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, lay!(frontmerge_dev), |s| s.bio_frontmerges += 1);
+    count(&ctx, |s| s.bio_frontmerges += 1);
     0
 }
 
@@ -415,14 +413,12 @@ pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
 }
 
 fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
-    let mut rec = Record::new();
-    let r = record(ctx, &mut rec)?;
-    let dev = r.u32_at(lay!(bio_queue_dev));
+    let dev: u32 = rec(ctx, REC_DEV);
     let Some(slot) = slot_of(dev) else {
         return Ok(());
     };
-    let nr = r.u32_at(lay!(bio_queue_nr_sector));
-    let sector = r.u64_at(lay!(bio_queue_sector));
+    let nr: u32 = rec(ctx, REC_NR_SECTOR);
+    let sector: u64 = rec(ctx, REC_SECTOR);
     let bytes = nr as u64 * 512;
     let s = stats(slot).ok_or(-1)?;
     s.bios += 1;
