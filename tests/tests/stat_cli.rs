@@ -130,7 +130,7 @@ fn ctrl_c_detaches_everything() {
     let ours = program_ids_of(child.id());
     assert_eq!(
         ours.len(),
-        pathpilot::observer::TRACEPOINTS.len() + pathpilot::observer::RAW_TRACEPOINTS.len(),
+        pathpilot::observer::TRACEPOINTS.len() + pathpilot::observer::BTF_TRACEPOINTS.len(),
         "one program per tracepoint while stat runs: {ours:?}"
     );
     unsafe { libc_kill(child.id() as i32, 2) };

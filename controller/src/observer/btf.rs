@@ -1,12 +1,13 @@
-//! Member offsets of kernel structs, from the kernel's BTF
-//! (/sys/kernel/btf/vmlinux). The completion probe is a raw tracepoint (see
-//! the eBPF crate for why), so it reads `struct request` itself and needs
-//! the running kernel's layout: nothing is assumed.
+//! Member offsets of kernel structs, and type ids, from the kernel's BTF
+//! (/sys/kernel/btf/vmlinux). The request probes read `struct request`
+//! itself and need the running kernel's layout: nothing is assumed. They
+//! attach by the ids of the tracepoints' `btf_trace_*` typedefs.
 use super::ObserveError;
 
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
 
 /// A BTF blob and where each type starts in it; members are decoded only
 /// for the structs asked about (the kernel's BTF holds ~100k types, and
@@ -109,6 +110,16 @@ impl Btf {
             .ok_or_else(|| format!("struct {name} has no member {member}"))
     }
 
+    /// The type id of `typedef name`.
+    pub fn typedef_id(&self, name: &str) -> Result<u32, String> {
+        (1..=self.pos.len() as u32)
+            .find(|&id| {
+                self.header(id)
+                    .is_some_and(|(k, n, ..)| k == KIND_TYPEDEF && self.name(n) == name.as_bytes())
+            })
+            .ok_or_else(|| format!("the kernel has no typedef {name}"))
+    }
+
     /// The value of `enumerator` in `enum name`.
     pub fn enum_value(&self, name: &str, enumerator: &str) -> Result<u32, String> {
         let (_, _, info, _, p) = (1..=self.pos.len() as u32)
@@ -192,6 +203,10 @@ mod tests {
         assert!(btf.member_offset("no_such_struct", "q").is_err());
         assert_eq!(btf.enum_value("req_op", "REQ_OP_FLUSH").unwrap(), 2);
         assert!(btf.enum_value("req_op", "REQ_OP_NONSENSE").is_err());
+        let issue = btf.typedef_id("btf_trace_block_rq_issue").unwrap();
+        let complete = btf.typedef_id("btf_trace_block_rq_complete").unwrap();
+        assert!(issue > 0 && complete > 0 && issue != complete);
+        assert!(btf.typedef_id("btf_trace_no_such_event").is_err());
     }
 
     #[test]

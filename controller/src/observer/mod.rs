@@ -9,7 +9,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::{RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, TracePoint},
     util::nr_cpus,
 };
 use pathpilot_common::{
@@ -52,8 +52,9 @@ pub const TRACEPOINTS: [&str; 4] = [
     "block_bio_queue",
 ];
 
-/// The raw tracepoints: the request's own issue, requeue and completion.
-pub const RAW_TRACEPOINTS: [&str; 3] = ["block_rq_issue", "block_rq_requeue", "block_rq_complete"];
+/// The BTF-enabled tracepoints: the request's own issue, requeue and
+/// completion.
+pub const BTF_TRACEPOINTS: [&str; 3] = ["block_rq_issue", "block_rq_requeue", "block_rq_complete"];
 
 #[derive(Debug, Error)]
 pub enum ObserveError {
@@ -173,7 +174,6 @@ pub struct Snapshot {
 pub struct Observer {
     _ebpf: Ebpf,
     slots: Array<MapData, Slot>,
-    generation: Array<MapData, u32>,
     stats: PerCpuArray<MapData, DevStats>,
     shared: Array<MapData, DevShared>,
     /// SHARED mapped into our memory: read with no syscall.
@@ -183,7 +183,6 @@ pub struct Observer {
     cgroups: PerCpuHashMap<MapData, CgroupKey, CgroupStats>,
     /// The slot table as written to SLOTS (kernel dev_t per slot).
     table: Vec<u32>,
-    gen_no: u32,
     snapshots: u64,
     /// Per watched device (kernel dev_t): what the last snapshot read of
     /// it. A device idle then whose shared state has not moved since did
@@ -254,9 +253,24 @@ impl Observer {
             return Err(ObserveError::NoBtf);
         }
         let root = tracefs::locate()?;
-        // The kernel BTF is large: read the offsets and let it go before
-        // the loader.
-        let layout = tracefs::layout(&root, &btf::Btf::from_sys()?)?;
+        // The kernel BTF is large: read the offsets and the attach ids and
+        // let it go before the loader.
+        let (layout, index) = {
+            let kernel = btf::Btf::from_sys()?;
+            let ids = BTF_TRACEPOINTS
+                .iter()
+                .map(|tp| {
+                    let name = format!("btf_trace_{tp}");
+                    let id = kernel
+                        .typedef_id(&name)
+                        .map_err(|e| ObserveError::Layout(format!("kernel BTF: {e}")))?;
+                    Ok((id, name))
+                })
+                .collect::<Result<Vec<_>, ObserveError>>()?;
+            let index = load::attach_index(&ids)
+                .map_err(|e| ObserveError::Load(format!("the tracepoints' BTF index: {e}")))?;
+            (tracefs::layout(&root, &kernel)?, index)
+        };
         let mut ebpf = load::without_kernel_btf(|| {
             // No CO-RE relocations in the object: the loader needs no BTF.
             EbpfLoader::new()
@@ -280,15 +294,15 @@ impl Observer {
                 prog_ids.push(info.id());
             }
         }
-        for tp in RAW_TRACEPOINTS {
-            let prog: &mut RawTracePoint = ebpf
+        for tp in BTF_TRACEPOINTS {
+            let prog: &mut BtfTracePoint = ebpf
                 .program_mut(tp)
                 .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?
                 .try_into()
                 .map_err(|e| ObserveError::Load(format!("{tp}: {e}")))?;
-            prog.load()
+            prog.load(tp, &index)
                 .map_err(|e| ObserveError::Load(format!("{tp}: {e:#}")))?;
-            prog.attach(tp)
+            prog.attach()
                 .map_err(|e| ObserveError::Attach(tp.into(), format!("{e:#}")))?;
             if let Ok(info) = prog.info() {
                 prog_ids.push(info.id());
@@ -304,14 +318,12 @@ impl Observer {
             .map_err(|e| ObserveError::Map("SHARED", format!("mapping it: {e}")))?;
         let mut o = Self {
             slots: take(&mut ebpf, "SLOTS")?,
-            generation: take(&mut ebpf, "GENERATION")?,
             stats: take(&mut ebpf, "STATS")?,
             shared,
             shared_view,
             cgcache: take(&mut ebpf, "CGCACHE")?,
             cgroups: take(&mut ebpf, "CGROUPS")?,
             table: vec![SLOT_EMPTY; MAX_SLOTS as usize],
-            gen_no: 0,
             snapshots: 0,
             last: StdHashMap::new(),
             sysfs_files: KeptFiles::default(),
@@ -358,13 +370,6 @@ impl Observer {
         Ok(())
     }
 
-    fn bump_generation(&mut self) -> Result<(), ObserveError> {
-        self.gen_no = self.gen_no.wrapping_add(1);
-        self.generation
-            .set(0, self.gen_no, 0)
-            .map_err(map_err("GENERATION"))
-    }
-
     /// Starts counting a device.
     pub fn watch(&mut self, dev: DevNum) -> Result<(), ObserveError> {
         let k = dev.kernel();
@@ -403,7 +408,7 @@ impl Observer {
         {
             self.kernel_base.insert(k, base);
         }
-        self.bump_generation()
+        Ok(())
     }
 
     /// Stops counting a device and forgets its counters, so a removed
@@ -428,7 +433,6 @@ impl Observer {
         self.last.remove(&k);
         self.kernel_base.remove(&k);
         self.forget_files(k);
-        self.bump_generation()?;
         self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
             .cgroups

@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use pathpilot_common::{Layout, REC_DEV, REC_NR_SECTOR, REC_SECTOR, RQ_CHUNK};
+use pathpilot_common::{Layout, REC_DEV, REC_NR_SECTOR, REC_SECTOR};
 
 use super::ObserveError;
 
@@ -129,39 +129,15 @@ fn fixed_fields(
 }
 
 /// Everything the programs read, located in the running kernel: `struct
-/// request` members (the raw tracepoints read the request) and `enum
+/// request` members (the request probes read the request) and `enum
 /// req_op` values from BTF; the classic tracepoints' fields are checked
 /// against tracefs.
 pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError> {
     fixed_fields(root, &mut HashMap::new())?;
     let bad = |e: String| ObserveError::Layout(format!("kernel BTF: {e}"));
     let member = |s: &str, m: &str| btf.member_offset(s, m).map_err(bad);
-    // The raw tracepoints read the first RQ_CHUNK bytes of a request in
-    // one go: every member they use must lie there.
-    let rq = |m: &str| -> Result<u32, ObserveError> {
-        let off = member("request", m)?;
-        if off as usize + 8 > RQ_CHUNK {
-            return Err(ObserveError::Layout(format!(
-                "struct request member {m} at offset {off}, past the {RQ_CHUNK} bytes read"
-            )));
-        }
-        Ok(off)
-    };
+    let rq = |m: &str| member("request", m);
     let op = |name: &str| btf.enum_value("req_op", name).map_err(bad);
-    // The issue and requeue probes read a request's first 64 bytes.
-    for (m, off) in [
-        ("q", 0usize),
-        ("cmd_flags", 0),
-        ("__data_len", 0),
-        ("__sector", 0),
-    ] {
-        let o = member("request", m)? as usize + off;
-        if o + 8 > 64 {
-            return Err(ObserveError::Layout(format!(
-                "struct request member {m} at offset {o}, past the 64 bytes read at issue"
-            )));
-        }
-    }
     let major = member("gendisk", "major")?;
     if member("gendisk", "first_minor")? != major + 4 {
         return Err(ObserveError::Layout(
@@ -297,10 +273,6 @@ print fmt: \"%d,%d\"
         assert_eq!(l.clone_flags & l.op_mask, 0);
         assert_eq!(l.rahead_flag.count_ones(), 1);
         assert_eq!(l.clone_flags & l.rahead_flag, 0);
-        assert!(
-            l.rq_end_io as usize >= RQ_CHUNK,
-            "read apart: {}",
-            l.rq_end_io
-        );
+        assert!(l.rq_end_io > l.rq_sector, "{}", l.rq_end_io);
     }
 }

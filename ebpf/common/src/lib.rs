@@ -173,28 +173,11 @@ pub const MAX_SLOTS: u32 = 256;
 pub const SLOT_PROBES: u32 = 8;
 pub const SLOT_EMPTY: u32 = 0;
 pub const SLOT_GONE: u32 = u32::MAX;
-/// "Not watched", in the queue cache.
-pub const NO_SLOT: u32 = u32::MAX;
-
 /// The first slot to look in for `dev` (Fibonacci hashing).
 #[inline(always)]
 pub const fn slot_home(dev: u32) -> u32 {
     dev.wrapping_mul(0x9E37_79B1) >> (32 - MAX_SLOTS.trailing_zeros())
 }
-
-/// A per-CPU cache entry: request queue -> slot, valid while the watch
-/// list's generation is `generation` (the raw tracepoints get a `struct
-/// request`, and finding its device costs two kernel reads; a queue's
-/// slot does not change until the watch list does).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueSlot {
-    pub q: u64,
-    pub slot: u32,
-    pub generation: u32,
-}
-
-pub const QUEUE_CACHE: u32 = 64;
 
 /// A device's last cgroup on one CPU, counted here until another cgroup
 /// submits to the device on that CPU (then added to the CGROUPS map): a
@@ -234,14 +217,13 @@ pub const REC_SECTOR: usize = 16;
 pub const REC_NR_SECTOR: usize = 24;
 
 /// Where the programs find what they read, written into their read-only
-/// data at load time: `struct request` members (the raw tracepoints read
+/// data at load time: `struct request` members (the request probes read
 /// the request itself) from the kernel's BTF, and `enum req_op` values
 /// (the classic tracepoints' fields are fixed, see `REC_DEV`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Offsets in `struct request`, all inside its first `RQ_CHUNK` bytes
-    /// (read in one go).
+    /// Offsets in `struct request`.
     pub rq_q: u32,
     pub rq_cmd_flags: u32,
     pub rq_data_len: u32,
@@ -275,9 +257,6 @@ pub struct Layout {
     pub rahead_flag: u32,
     pub rq_end_io: u32,
 }
-
-/// How much of a `struct request` the raw tracepoints read.
-pub const RQ_CHUNK: usize = 128;
 
 impl Layout {
     pub const UNSET: Self = Self {
@@ -353,7 +332,6 @@ mod pod {
     unsafe impl aya::Pod for DevStats {}
     unsafe impl aya::Pod for DevShared {}
     unsafe impl aya::Pod for Slot {}
-    unsafe impl aya::Pod for QueueSlot {}
     unsafe impl aya::Pod for CgroupCache {}
     unsafe impl aya::Pod for CgroupKey {}
     unsafe impl aya::Pod for CgroupStats {}

@@ -2,9 +2,10 @@
 //! hash table is touched on the per-I/O path. A watched device has a slot
 //! (its index in array maps, found from its dev_t by open addressing in
 //! SLOTS); its counters live at that index in per-CPU arrays. Requests are
-//! seen at their issue, requeue and completion through raw tracepoints,
-//! which hand over `struct request` itself: the programs read what they
-//! need from it in one go (offsets from the kernel's BTF, in LAYOUT), and
+//! seen at their issue, requeue and completion through BTF-enabled
+//! tracepoints, which hand over `struct request` itself: the programs load
+//! what they need from it in place (offsets from the kernel's BTF, in
+//! LAYOUT), find its device through its queue's disk, and
 //! time a request from the kernel's own stamps, so no table of requests in
 //! flight is kept. Bios and merges come from classic tracepoints, whose
 //! fields are loaded from the record in place; a dm clone is known by its
@@ -13,39 +14,30 @@
 #![no_main]
 #![feature(asm_experimental_arch)]
 
-use core::mem::MaybeUninit;
-
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
-    cty::c_void,
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns, bpf_probe_read_kernel, generated},
-    macros::{map, raw_tracepoint, tracepoint},
+    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use pathpilot_common::{
     CgroupCache, CgroupKey, CgroupStats, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
     DevShared, DevStats, LAT_BUCKETS, LAT_CLASS_BUCKETS, LAT_CLASS_LOG2_MIN, Layout, MAX_SLOTS,
-    NO_SLOT, QUEUE_CACHE, QueueSlot, REC_DEV, REC_NR_SECTOR, REC_SECTOR, RQ_CHUNK, SIZE_BUCKETS,
-    SLOT_EMPTY, SLOT_PROBES, Slot, log2, size_class, slot_home,
+    REC_DEV, REC_NR_SECTOR, REC_SECTOR, SIZE_BUCKETS, SLOT_EMPTY, SLOT_PROBES, Slot, log2,
+    size_class, slot_home,
 };
 
-/// The watch list (see `Slot`), and its generation: userspace bumps it
-/// after every change, which invalidates the queue caches.
+/// The watch list (see `Slot`).
 #[map]
 static SLOTS: Array<Slot> = Array::with_max_entries(MAX_SLOTS, 0);
-#[map]
-static GENERATION: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static STATS: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
 /// Mappable: userspace reads it with no syscall, to skip devices whose
 /// state has not moved since its last snapshot.
 #[map]
 static SHARED: Array<DevShared> = Array::with_max_entries(MAX_SLOTS, BPF_F_MMAPABLE);
-/// Per CPU, request queue -> slot (see `QueueSlot`), direct-mapped.
-#[map]
-static QUEUES: PerCpuArray<QueueSlot> = PerCpuArray::with_max_entries(QUEUE_CACHE, 0);
 /// Per CPU and slot, the last cgroup's bios not yet added to CGROUPS.
 #[map]
 static CGCACHE: PerCpuArray<CgroupCache> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
@@ -106,79 +98,48 @@ fn shared(slot: u32) -> Option<&'static mut DevShared> {
     SHARED.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
 }
 
-/// The first `N` 64-bit words of a kernel structure (a `struct request`,
-/// a tracepoint's record), read in one go: each kernel read is a helper
-/// call that costs more than the work done with what it returns, so one
-/// read serves every field.
-///
-/// The words are read into the caller's frame and used where they lie: a
-/// read returned by value was copied once more, word by word, on every run.
-struct Words<const N: usize>(MaybeUninit<[u64; N]>);
+/// A kernel structure read in place. The BTF-enabled tracepoints hand
+/// over `struct request` as a pointer whose type the verifier knows, so
+/// its members, and those of the structures it points to, are plain loads
+/// (one that faults reads 0) at the offsets in LAYOUT, which the verifier
+/// sees as constants: no helper call, where a helper call to read the
+/// request cost each program more than the rest of its work.
+#[derive(Clone, Copy)]
+struct Kernel(*const u8);
 
-impl<const N: usize> Words<N> {
+impl Kernel {
     #[inline(always)]
-    fn new() -> Self {
-        Words(MaybeUninit::uninit())
+    fn at<T>(self, off: u32) -> T {
+        unsafe { core::ptr::read_volatile(self.0.add(off as usize) as *const T) }
     }
 
     #[inline(always)]
-    fn read(&mut self, addr: u64) -> Result<&Self, i32> {
-        let ret = unsafe {
-            generated::bpf_probe_read_kernel(
-                self.0.as_mut_ptr().cast(),
-                (N * 8) as u32,
-                addr as *const c_void,
-            )
-        };
-        if ret == 0 { Ok(self) } else { Err(ret as i32) }
+    fn u64_at(self, off: u32) -> u64 {
+        self.at(off)
     }
 
     #[inline(always)]
-    fn u64_at(&self, off: u32) -> u64 {
-        // Filled whole by the read, or never handed out.
-        unsafe { self.0.assume_init_ref()[(off / 8) as usize % N] }
+    fn u32_at(self, off: u32) -> u32 {
+        self.at(off)
     }
 
     #[inline(always)]
-    fn u32_at(&self, off: u32) -> u32 {
-        (self.u64_at(off) >> ((off & 4) * 8)) as u32
+    fn ptr_at(self, off: u32) -> Kernel {
+        Kernel(self.at(off))
     }
 }
 
-/// What the issue and requeue probes read of a request (its queue, op,
-/// size and position lie in the first 64 bytes), and what the completion
-/// probe reads (the time stamps too).
-type RqHead = Words<8>;
-type Rq = Words<{ RQ_CHUNK / 8 }>;
-
+/// The slot of the device a request is for: its queue's disk's dev_t.
 #[inline(always)]
-fn kread<T>(addr: u64) -> Result<T, i32> {
-    unsafe { bpf_probe_read_kernel(addr as *const T) }.map_err(|e| e as i32)
-}
-
-/// The slot of the device a request queue belongs to, through this CPU's
-/// cache of queues: two kernel reads (queue -> disk -> dev_t) only on a
-/// miss, or after the watch list changed.
-#[inline(always)]
-fn slot_of_queue(q: u64) -> Option<u32> {
-    let generation = *GENERATION.get(0)?;
-    let idx = ((q >> 10) ^ (q >> 20)) as u32 & (QUEUE_CACHE - 1);
-    let e = unsafe { &mut *QUEUES.get_ptr_mut(idx)? };
-    if e.q != q || e.generation != generation {
-        let disk: u64 = kread(q + lay!(q_disk) as u64).ok()?;
-        let slot = if disk == 0 {
-            None
-        } else {
-            // gendisk's major and first_minor, side by side.
-            let mm: u64 = kread(disk + lay!(disk_major) as u64).ok()?;
-            let dev = ((mm as u32) << 20) | ((mm >> 32) as u32 & 0xf_ffff);
-            slot_of(dev)
-        };
-        e.q = q;
-        e.generation = generation;
-        e.slot = slot.unwrap_or(NO_SLOT);
+fn slot_of_request(rq: Kernel) -> Option<u32> {
+    let disk = rq.ptr_at(lay!(rq_q)).ptr_at(lay!(q_disk));
+    if disk.0.is_null() {
+        return None;
     }
-    (e.slot != NO_SLOT).then_some(e.slot)
+    // gendisk's major and first_minor, side by side.
+    let major = disk.u32_at(lay!(disk_major));
+    let minor = disk.u32_at(lay!(disk_major) + 4);
+    slot_of((major << 20) | (minor & 0xf_ffff))
 }
 
 /// A request's direction from its operation (`enum req_op`), as the
@@ -210,16 +171,15 @@ fn nothing_left(op: u32, data_len: u32) -> bool {
     data_len == 0 && (op == lay!(op_read) || op == lay!(op_write))
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_issue")]
-pub fn block_rq_issue(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     let _ = try_issue(&ctx);
     0
 }
 
-fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let mut head = RqHead::new();
-    let r = head.read(ctx.arg(0))?;
-    let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
+fn try_issue(ctx: &BtfTracePointContext) -> Result<(), i32> {
+    let r = Kernel(ctx.arg(0));
+    let Some(slot) = slot_of_request(r) else {
         return Ok(());
     };
     let sh = shared(slot).ok_or(-1)?;
@@ -249,19 +209,18 @@ fn try_issue(ctx: &RawTracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_requeue")]
-pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "block_rq_requeue")]
+pub fn block_rq_requeue(ctx: BtfTracePointContext) -> i32 {
     let _ = (|| -> Result<(), i32> {
-        let mut head = RqHead::new();
-        let r = head.read(ctx.arg(0))?;
-        let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
+        let r = Kernel(ctx.arg(0));
+        let Some(slot) = slot_of_request(r) else {
             return Ok(());
         };
         // Back to the queue: no longer at the device (issued again later).
         // The tracepoint also fires for a request that a driver turned
         // away before starting it (SCSI when its host is busy): that one
         // was never counted in.
-        let state: u32 = kread(ctx.arg::<u64>(0) + lay!(rq_state) as u64)?;
+        let state = r.u32_at(lay!(rq_state));
         if state != lay!(rq_state_idle) {
             atomic_add(&mut shared(slot).ok_or(-1)?.inflight, -1);
         }
@@ -271,22 +230,21 @@ pub fn block_rq_requeue(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// A raw tracepoint, not a classic one: completions run in hard-IRQ
-/// context, and a classic tracepoint program that interrupts another one on
-/// the same CPU is skipped by the kernel (the per-CPU bpf_prog_active
-/// guard), so completions would be lost under load. Raw tracepoints guard
-/// each program on its own. Arguments: (struct request *rq, blk_status_t
-/// error, unsigned int nr_bytes).
-#[raw_tracepoint(tracepoint = "block_rq_complete")]
-pub fn block_rq_complete(ctx: RawTracePointContext) -> i32 {
+/// A raw (BTF-enabled) tracepoint, not a classic one: completions run in
+/// hard-IRQ context, and a classic tracepoint program that interrupts
+/// another one on the same CPU is skipped by the kernel (the per-CPU
+/// bpf_prog_active guard), so completions would be lost under load. Raw
+/// tracepoints guard each program on its own. Arguments: (struct request
+/// *rq, blk_status_t error, unsigned int nr_bytes).
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     let _ = try_complete(&ctx);
     0
 }
 
-fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
-    let mut rq = Rq::new();
-    let r = rq.read(ctx.arg(0))?;
-    let Some(slot) = slot_of_queue(r.u64_at(lay!(rq_q))) else {
+fn try_complete(ctx: &BtfTracePointContext) -> Result<(), i32> {
+    let r = Kernel(ctx.arg(0));
+    let Some(slot) = slot_of_request(r) else {
         return Ok(());
     };
     let error: u64 = ctx.arg(1);
@@ -327,8 +285,7 @@ fn try_complete(ctx: &RawTracePointContext) -> Result<(), i32> {
     // testbed guest).
     if lay!(clone_flags) != 0
         && flags & lay!(clone_flags) == lay!(clone_flags)
-        && (flags & lay!(rahead_flag) == 0
-            || kread::<u64>(ctx.arg::<u64>(0) + lay!(rq_end_io) as u64).is_ok_and(|e| e != 0))
+        && (flags & lay!(rahead_flag) == 0 || r.u64_at(lay!(rq_end_io)) != 0)
     {
         s.remapped += 1;
     }
