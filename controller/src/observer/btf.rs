@@ -4,10 +4,11 @@
 //! attach by the ids of the tracepoints' `btf_trace_*` typedefs.
 use super::ObserveError;
 
+pub(super) const KIND_PTR: u32 = 2;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
-const KIND_TYPEDEF: u32 = 8;
+pub(super) const KIND_TYPEDEF: u32 = 8;
 
 /// A BTF blob and where each type starts in it; members are decoded only
 /// for the structs asked about (the kernel's BTF holds ~100k types, and

@@ -73,8 +73,7 @@ pub fn without_kernel_btf<T: Send>(load: impl FnOnce() -> T + Send) -> T {
 /// of it is the id of a name. A few hundred KiB where the kernel's BTF
 /// parsed by aya is tens of MiB.
 pub fn attach_index(typedefs: &[(u32, String)]) -> Result<aya::Btf, String> {
-    const KIND_PTR: u32 = 2;
-    const KIND_TYPEDEF: u32 = 8;
+    use super::btf::{KIND_PTR, KIND_TYPEDEF};
     let last = typedefs.iter().map(|(id, _)| *id).max().unwrap_or(0);
     let mut strings = vec![0u8];
     let mut names = std::collections::HashMap::new();

@@ -151,7 +151,7 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         rq_sector: rq("__sector")?,
         rq_start_time_ns: rq("start_time_ns")?,
         rq_io_start_time_ns: rq("io_start_time_ns")?,
-        rq_state: member("request", "state")?,
+        rq_state: rq("state")?,
         rq_state_idle: btf.enum_value("mq_rq_state", "MQ_RQ_IDLE").map_err(bad)?,
         q_disk: member("request_queue", "disk")?,
         disk_major: major,
@@ -166,7 +166,7 @@ pub fn layout(root: &Path, btf: &super::btf::Btf) -> Result<Layout, ObserveError
         clone_flags: flag_bit(btf, "__REQ_NOMERGE").map_err(bad)?
             | flag_bit(btf, "__REQ_FAILFAST_TRANSPORT").map_err(bad)?,
         rahead_flag: flag_bit(btf, "__REQ_RAHEAD").map_err(bad)?,
-        rq_end_io: member("request", "end_io")?,
+        rq_end_io: rq("end_io")?,
     })
 }
 

@@ -173,6 +173,7 @@ pub const MAX_SLOTS: u32 = 256;
 pub const SLOT_PROBES: u32 = 8;
 pub const SLOT_EMPTY: u32 = 0;
 pub const SLOT_GONE: u32 = u32::MAX;
+
 /// The first slot to look in for `dev` (Fibonacci hashing).
 #[inline(always)]
 pub const fn slot_home(dev: u32) -> u32 {
