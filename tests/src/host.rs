@@ -1,6 +1,6 @@
 //! Host-side test support: loop devices and the built `pathpilot` binary.
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
 };
 
@@ -12,7 +12,12 @@ pub struct LoopDev {
 
 impl LoopDev {
     pub fn new(size_mib: u64) -> Self {
-        let backing = std::env::temp_dir().join(format!(
+        Self::new_in(&std::env::temp_dir(), size_mib)
+    }
+
+    /// The same with its backing file in `dir`.
+    pub fn new_in(dir: &Path, size_mib: u64) -> Self {
+        let backing = dir.join(format!(
             "pathpilot-loop-{}-{}.img",
             std::process::id(),
             unique()

@@ -341,3 +341,85 @@ fn counters_and_busy_time_are_read_again_after_io_and_kept_while_the_device_is_q
         assert_eq!(i.inflight_max, 1, "{i:#?}");
     }
 }
+
+/// A filesystem mounted for a test, unmounted (after a thaw) on drop.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fsfreeze")
+            .arg("-u")
+            .arg(&self.0)
+            .status();
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Frozen while it lives: writes to files on it wait.
+struct Frozen<'a>(&'a std::path::Path);
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fsfreeze")
+            .arg("-u")
+            .arg(self.0)
+            .status();
+    }
+}
+
+/// A device with a request outstanding and nothing completing is silent
+/// from when that request was made: not from its last completion before
+/// it went idle (the issue probe takes the kernel's stamp of the request,
+/// so this checks it is the request's own), and not at all once the
+/// request completes.
+#[test]
+fn a_stalled_device_is_silent_from_its_stalled_request() {
+    // The stalled device's backing file lives on a filesystem frozen under
+    // it: the loop driver's write to the file waits, with the request
+    // issued and in flight.
+    let outer = LoopDev::new(64);
+    sh(&format!("mkfs.ext4 -q {}", outer.path));
+    let mnt = std::env::temp_dir().join(format!("pathpilot-freeze-{}", std::process::id()));
+    std::fs::create_dir_all(&mnt).unwrap();
+    sh(&format!("mount {} {}", outer.path, mnt.display()));
+    let mounted = Mounted(mnt.clone());
+    let stalled = LoopDev::new_in(&mounted.0, 16);
+    let dev = BlockDev::resolve(&stalled.path).expect("loop device resolves");
+    let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
+    obs.watch(dev.dev).unwrap();
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=4k count=10 oflag=direct status=none",
+        stalled.path
+    ));
+    assert_eq!(obs.silence(dev.dev), None, "nothing in flight");
+    // Idle for a while after its last completion.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    sh(&format!("fsfreeze -f {}", mnt.display()));
+    let frozen = Frozen(&mnt);
+    let t0 = std::time::Instant::now();
+    let mut dd = std::process::Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", stalled.path),
+            "bs=4k",
+            "count=1",
+            "seek=100",
+            "oflag=direct",
+            "status=none",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let silent = obs.silence(dev.dev).expect("a write in flight");
+    let since_submit = t0.elapsed();
+    assert!(
+        silent >= std::time::Duration::from_millis(1000) && silent <= since_submit,
+        "silent {silent:?}, the write submitted {since_submit:?} ago"
+    );
+    drop(frozen);
+    assert!(dd.wait().unwrap().success());
+    assert_eq!(obs.silence(dev.dev), None, "the write completed");
+    drop(stalled);
+    drop(mounted);
+}

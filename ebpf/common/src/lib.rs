@@ -134,9 +134,14 @@ pub struct DevShared {
     /// When the device last went from idle to busy (an issue found
     /// nothing else in flight), and when it last completed a request
     /// (ns, bpf_ktime_get_ns's clock): with requests in flight, the later
-    /// of the two is how long the device has been silent.
+    /// of the two is how long the device has been silent. The first is
+    /// the later of that request's creation (the kernel's stamp) and the
+    /// device's last requeue: never before the device went idle, never
+    /// after the issue.
     pub busy_since_ns: u64,
     pub last_complete_ns: u64,
+    /// When a request was last put back on the queue (block_rq_requeue).
+    pub requeued_ns: u64,
     /// The highest in-flight count an issue saw since userspace last
     /// zeroed it (through its mapping, once per interval). Kept here, not
     /// per CPU: the issue probe has this entry in hand already, and
@@ -152,6 +157,7 @@ impl DevShared {
         next_bio_sector: u64::MAX,
         busy_since_ns: 0,
         last_complete_ns: 0,
+        requeued_ns: 0,
         peak: 0,
     };
 }
