@@ -137,6 +137,13 @@ pub fn io_ticks_ms(stat: &str) -> Option<u64> {
     stat.split_whitespace().nth(9)?.parse().ok()
 }
 
+/// Requests in flight on a device now, from its sysfs `stat` (field 9):
+/// the same count as its `inflight` file, so one read gives both it and
+/// the counters.
+pub fn stat_in_flight(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(8)?.parse().ok()
+}
+
 /// What the kernel counted as completed on a device, by direction (the
 /// `DIR_*` indices of the probes' counters): requests and bytes, from its
 /// sysfs `stat`. Reads, writes and discards carry bytes; flushes are
@@ -184,6 +191,13 @@ mod tests {
         let stat = "  1459   0  45398   2205   11   4   120   9   0   1713   2215   0 0 0 0 0 0\n";
         assert_eq!(io_ticks_ms(stat), Some(1713));
         assert_eq!(io_ticks_ms("1 2 3"), None);
+    }
+
+    #[test]
+    fn requests_in_flight_are_the_ninth_field_of_stat() {
+        let stat = "  1459   0  45398   2205   11   4   120   9   7   1713   2215   0 0 0 0 0 0\n";
+        assert_eq!(stat_in_flight(stat), Some(7));
+        assert_eq!(stat_in_flight("1 2 3"), None);
     }
 
     #[test]

@@ -530,14 +530,30 @@ impl Observer {
         now_ns: u64,
     ) -> Result<Last, ObserveError> {
         let mut sum = self.read_stats(slot)?;
+        // Busy time and the kernel's counts move with data I/O, not with a
+        // passthrough command (a tick one did add is read with the next
+        // data I/O); with requests in flight, the same read gives the
+        // kernel's in-flight count, for the correction below.
+        let stat = match prev {
+            Some(p)
+                if p.io_ticks_ms.is_some()
+                    && sh.inflight == 0
+                    && p.traced_ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
+            {
+                None
+            }
+            _ => Some(self.sysfs_attr(dev, "stat")),
+        };
         // A count gone wrong (a completion whose issue came before the
         // probes, or one the tracepoint never reported: see
         // `floor_to_kernel`) is put right when the kernel says the device
-        // is idle.
+        // is idle. (Its `stat` says so as its `inflight` does: one read of
+        // a busy device each interval, where there were two.)
         let corrected = sh.inflight != 0
-            && self
-                .sysfs_attr(dev, "inflight")
-                .is_some_and(|t| inflight_of(&t) == 0);
+            && stat
+                .as_ref()
+                .and_then(|t| t.as_deref().and_then(blockdev::stat_in_flight))
+                == Some(0);
         if corrected {
             sh.inflight = 0;
             let _ = self.shared.set(slot, sh, 0);
@@ -572,22 +588,10 @@ impl Observer {
                 },
             ),
         };
-        // Busy time and the kernel's counts move with data I/O, not with a
-        // passthrough command (a tick one did add is read with the next
-        // data I/O); a count put right above may have missed completions.
-        let (io_ticks_ms, kernel) = match prev {
-            Some(p)
-                if p.io_ticks_ms.is_some()
-                    && sh.inflight == 0
-                    && !corrected
-                    && p.traced_ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
-            {
-                (p.io_ticks_ms, p.kernel)
-            }
-            _ => match self.sysfs_attr(dev, "stat") {
-                Some(s) => (blockdev::io_ticks_ms(&s), blockdev::kernel_counts(&s)),
-                None => (None, None),
-            },
+        let (io_ticks_ms, kernel) = match (stat, prev) {
+            (None, Some(p)) => (p.io_ticks_ms, p.kernel),
+            (Some(Some(s)), _) => (blockdev::io_ticks_ms(&s), blockdev::kernel_counts(&s)),
+            _ => (None, None),
         };
         let base = self.kernel_base.get(&dev.kernel()).copied();
         let mut untraced = 0;
