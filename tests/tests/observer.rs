@@ -342,15 +342,12 @@ fn counters_and_busy_time_are_read_again_after_io_and_kept_while_the_device_is_q
     }
 }
 
-/// A filesystem mounted for a test, unmounted (after a thaw) on drop.
+/// A filesystem mounted for a test, unmounted on drop (a `Frozen` of it,
+/// made later, is dropped and thawed first).
 struct Mounted(std::path::PathBuf);
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("fsfreeze")
-            .arg("-u")
-            .arg(&self.0)
-            .status();
         let _ = std::process::Command::new("umount").arg(&self.0).status();
         let _ = std::fs::remove_dir(&self.0);
     }
