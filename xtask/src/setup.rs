@@ -20,6 +20,8 @@ pub const APT_PACKAGES: &[&str] = &[
     // `systemd-analyze verify` of the unit
     "fio",
     "bpftool",
+    // mkfs.ext4 for the observer's stalled-device test (fsfreeze is util-linux)
+    "e2fsprogs",
     // the observer benchmark's anchor: bpftrace's classic biolatency
     "bpftrace",
     "tmux",
