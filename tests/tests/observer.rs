@@ -2,15 +2,22 @@
 //! real I/O to loop devices on the host (run as root).
 use pathpilot::{
     blockdev::{self, BlockDev},
-    observer::{DeviceInterval, Observer, Scope},
+    observer::{Access, DeviceInterval, Observer, Scope},
 };
 use pathpilot_tests::host::{LoopDev, sh};
 
 /// Watches `lo`, runs `io`, and returns the device's figures for exactly
 /// that span.
 fn observe(lo: &LoopDev, io: &str) -> DeviceInterval {
+    observe_with(lo, io, Access::Auto)
+}
+
+fn observe_with(lo: &LoopDev, io: &str, access: Access) -> DeviceInterval {
     let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
-    let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
+    let mut obs =
+        Observer::load_with(Scope::WatchList, access).expect("observer loads (run as root)");
+    // A machine of a few CPUs maps the counters; asked to, it looks them up.
+    assert_eq!(obs.stats_mapped(), access == Access::Auto);
     obs.watch(dev.dev).unwrap();
     let before = obs.snapshot().unwrap();
     sh(io);
@@ -21,13 +28,26 @@ fn observe(lo: &LoopDev, io: &str) -> DeviceInterval {
 
 #[test]
 fn direct_64k_writes_are_counted_exactly() {
+    direct_64k_writes_counted(Access::Auto);
+}
+
+/// The same, with each device's counters for every CPU read in one batch
+/// lookup, as a machine with many CPUs reads them (a wrong entry or CPU
+/// order there miscounts).
+#[test]
+fn direct_64k_writes_are_counted_exactly_read_by_syscall() {
+    direct_64k_writes_counted(Access::Syscalls);
+}
+
+fn direct_64k_writes_counted(access: Access) {
     let lo = LoopDev::new(64);
-    let i = observe(
+    let i = observe_with(
         &lo,
         &format!(
             "dd if=/dev/zero of={} bs=64k count=100 oflag=direct status=none",
             lo.path
         ),
+        access,
     );
     assert_eq!(i.write_ios, 100, "{i:#?}");
     assert_eq!(i.write_bytes, 6_553_600);
@@ -48,6 +68,63 @@ fn direct_64k_writes_are_counted_exactly() {
     assert!((1..=1 + i.untraced_ios).contains(&i.inflight_max), "{i:#?}");
     // No dm map here: nothing is a clone.
     assert_eq!(i.remapped, 0, "{i:#?}");
+}
+
+/// Devices busy at once have the kernel's figures read from
+/// `/proc/diskstats` in one go, and count as exactly as one device read
+/// from its own `stat`: its fields must be taken from the right line and
+/// column, or the floor to the kernel's count raises them.
+#[test]
+fn many_busy_devices_count_exactly_from_diskstats() {
+    // At least as many devices busy as diskstats has lines of others.
+    let others = std::fs::read_to_string("/proc/diskstats")
+        .unwrap()
+        .lines()
+        .count();
+    let los: Vec<LoopDev> = (0..others.max(8)).map(|_| LoopDev::new(16)).collect();
+    let devs: Vec<BlockDev> = los
+        .iter()
+        .map(|l| BlockDev::resolve(&l.path).expect("loop device resolves"))
+        .collect();
+    let mut obs = Observer::load(Scope::WatchList).expect("observer loads (run as root)");
+    for d in &devs {
+        obs.watch(d.dev).unwrap();
+    }
+    let before = obs.snapshot().unwrap();
+    let writes: Vec<String> = los
+        .iter()
+        .map(|l| {
+            format!(
+                "dd if=/dev/zero of={} bs=64k count=100 oflag=direct status=none &",
+                l.path
+            )
+        })
+        .collect();
+    sh(&format!("{} wait", writes.join(" ")));
+    let reads = obs.diskstats_reads();
+    let after = obs.snapshot().unwrap();
+    assert_eq!(
+        obs.diskstats_reads(),
+        reads + 1,
+        "{} busy devices of {} in diskstats: read from it",
+        devs.len(),
+        others + devs.len()
+    );
+    for d in &devs {
+        let i = DeviceInterval::between(d.dev, &d.name, None, &before, &after).unwrap();
+        assert_eq!(i.write_ios, 100, "{i:#?}");
+        assert_eq!(i.write_bytes, 6_553_600, "{i:#?}");
+        assert_eq!(i.read_ios, 0, "{i:#?}");
+        assert_eq!(i.completed + i.untraced_ios, 100, "{i:#?}");
+        assert_eq!(
+            after.io_ticks_ms.get(&d.dev).copied(),
+            std::fs::read_to_string(d.dev.sysfs().join("stat"))
+                .ok()
+                .and_then(|s| blockdev::io_ticks_ms(&s)),
+            "{}: busy time as its sysfs stat says",
+            d.name
+        );
+    }
 }
 
 /// Readahead carries every failfast flag, as a dm-multipath clone carries

@@ -27,8 +27,11 @@ pub mod btf;
 pub mod hist;
 pub mod interval;
 mod load;
+mod stats;
 pub mod tracefs;
 mod view;
+
+pub use stats::Access;
 
 pub use interval::{DeviceInterval, MapInterval, SizeClassLatency};
 
@@ -174,7 +177,8 @@ pub struct Snapshot {
 pub struct Observer {
     _ebpf: Ebpf,
     slots: Array<MapData, Slot>,
-    stats: PerCpuArray<MapData, DevStats>,
+    /// Each slot's counters on each CPU.
+    stats: stats::Stats,
     shared: Array<MapData, DevShared>,
     /// SHARED mapped into our memory: read with no syscall.
     shared_view: view::ArrayView<DevShared>,
@@ -198,10 +202,27 @@ pub struct Observer {
     /// Per watched device: the kernel's completed counts when it was
     /// watched, the zero of its `untraced` floor (see `floor_to_kernel`).
     kernel_base: StdHashMap<u32, KernelCounts>,
+    /// Many busy devices' kernel figures in one file.
+    diskstats: blockdev::DiskStats,
+    diskstats_reads: u64,
     ncpus: usize,
     scope: Scope,
     /// Program ids, so tests can check they are gone after drop.
     prog_ids: Vec<u32>,
+}
+
+/// Devices busy at once from which the kernel's figures come from
+/// `/proc/diskstats` (when it holds at most twice as many).
+const DISKSTATS_MIN: usize = 8;
+
+/// A device being read by a snapshot: its shared state, then the probes'
+/// counters, read; the kernel's figures to come.
+struct Reading {
+    slot: u32,
+    dev: DevNum,
+    sh: DevShared,
+    prev: Option<Last>,
+    sum: DevStats,
 }
 
 /// One device as the last snapshot read it; `shared` was read before the
@@ -246,6 +267,11 @@ impl Observer {
     /// them all. Nothing is counted until a device is watched, unless
     /// `scope` is [`Scope::All`].
     pub fn load(scope: Scope) -> Result<Self, ObserveError> {
+        Self::load_with(scope, Access::Auto)
+    }
+
+    /// [`Self::load`], reading the counters as `access` says.
+    pub fn load_with(scope: Scope, access: Access) -> Result<Self, ObserveError> {
         if unsafe { libc::geteuid() } != 0 {
             return Err(ObserveError::NotRoot);
         }
@@ -271,11 +297,15 @@ impl Observer {
                 .map_err(|e| ObserveError::Load(format!("the tracepoints' BTF index: {e}")))?;
             (tracefs::layout(&root, &kernel)?, index)
         };
+        let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
+        let cpus = ncpus as u32;
         let mut ebpf = load::without_kernel_btf(|| {
             // No CO-RE relocations in the object: the loader needs no BTF.
             EbpfLoader::new()
                 .btf(None)
                 .override_global("LAYOUT", &layout, true)
+                .override_global("NCPUS", &cpus, true)
+                .map_max_entries("STATS", stats::entries(ncpus))
                 .load(OBJECT)
                 .map_err(|e| ObserveError::Load(format!("{e:#}")))
         })?;
@@ -312,13 +342,14 @@ impl Observer {
         unsafe {
             libc::malloc_trim(0);
         }
-        let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
         let shared: Array<MapData, DevShared> = take(&mut ebpf, "SHARED")?;
         let shared_view = view::ArrayView::map(shared.map(), MAX_SLOTS)
             .map_err(|e| ObserveError::Map("SHARED", format!("mapping it: {e}")))?;
+        let stats = stats::Stats::new(take(&mut ebpf, "STATS")?, ncpus, access)
+            .map_err(|e| ObserveError::Map("STATS", format!("mapping it: {e}")))?;
         let mut o = Self {
             slots: take(&mut ebpf, "SLOTS")?,
-            stats: take(&mut ebpf, "STATS")?,
+            stats,
             shared,
             shared_view,
             cgcache: take(&mut ebpf, "CGCACHE")?,
@@ -328,6 +359,8 @@ impl Observer {
             last: StdHashMap::new(),
             sysfs_files: KeptFiles::default(),
             kernel_base: StdHashMap::new(),
+            diskstats: blockdev::DiskStats::default(),
+            diskstats_reads: 0,
             _ebpf: ebpf,
             ncpus,
             scope,
@@ -363,8 +396,7 @@ impl Observer {
 
     /// Clears a slot's counters (a slot is reused by another device).
     fn reset_slot(&mut self, slot: u32) -> Result<(), ObserveError> {
-        let z = self.zeros(DevStats::ZERO)?;
-        self.stats.set(slot, z, 0).map_err(map_err("STATS"))?;
+        self.stats.reset(slot).map_err(map_err("STATS"))?;
         let z = self.zeros(CgroupCache::default())?;
         self.cgcache.set(slot, z, 0).map_err(map_err("CGCACHE"))?;
         Ok(())
@@ -510,45 +542,75 @@ impl Observer {
 
     /// A slot's counters, summed over the CPUs.
     fn read_stats(&self, slot: u32) -> Result<DevStats, ObserveError> {
-        let per_cpu = self.stats.get(&slot, 0).map_err(map_err("STATS"))?;
+        let per_cpu = self
+            .stats
+            .per_cpu(slot)
+            .map_err(|e| ObserveError::Map("STATS", format!("slot {slot}: {e}")))?;
         let mut sum = DevStats::ZERO;
-        for v in per_cpu.iter() {
+        for v in &per_cpu {
             add(&mut sum, v);
         }
         Ok(sum)
     }
 
-    /// Reads one device's counters in full: its STATS, its peak (then
-    /// zeroed), and what `prev` (the last snapshot's read) cannot stand for
-    /// -- the cgroup caches after bios, the busy time after data I/O.
+    /// Whether a device being read needs the kernel's figures again.
+    /// Busy time and the kernel's counts move with data I/O, not with a
+    /// passthrough command (a tick one did add is read with the next data
+    /// I/O); with requests in flight, the same read gives the kernel's
+    /// in-flight count, for the correction in [`Self::read_device`].
+    fn wants_stat(r: &Reading) -> bool {
+        !matches!(&r.prev, Some(p)
+            if p.io_ticks_ms.is_some()
+                && r.sh.inflight == 0
+                && p.traced_ios[..DIR_OTHER] == r.sum.ios[..DIR_OTHER])
+    }
+
+    /// The kernel's `stat` of each device in `want` (None: its read
+    /// failed). Many at once come from `/proc/diskstats` in a few reads,
+    /// unless it holds many more devices than asked for; a few come from
+    /// their own kept files.
+    fn kernel_stats(&mut self, want: &[DevNum]) -> StdHashMap<DevNum, Option<String>> {
+        let many =
+            want.len() >= DISKSTATS_MIN && self.diskstats.lines.is_none_or(|l| want.len() * 2 >= l);
+        if many {
+            let set: std::collections::HashSet<DevNum> = want.iter().copied().collect();
+            if let Ok(got) = self.diskstats.read(|d| set.contains(&d)) {
+                self.diskstats_reads += 1;
+                let mut m: StdHashMap<DevNum, Option<String>> =
+                    want.iter().map(|d| (*d, None)).collect();
+                m.extend(got.into_iter().map(|(d, f)| (d, Some(f))));
+                return m;
+            }
+        }
+        want.iter()
+            .map(|d| (*d, self.sysfs_attr(*d, "stat")))
+            .collect()
+    }
+
+    /// Finishes reading one device: its peak (then zeroed), the kernel's
+    /// figures (`stat`: None when not read, [`Self::wants_stat`]), and
+    /// what the last snapshot's read cannot stand for -- the cgroup caches
+    /// after bios, the busy time after data I/O.
     fn read_device(
         &mut self,
-        slot: u32,
-        dev: DevNum,
-        mut sh: DevShared,
-        prev: Option<&Last>,
+        r: Reading,
+        stat: Option<Option<String>>,
         now_ns: u64,
     ) -> Result<Last, ObserveError> {
-        let mut sum = self.read_stats(slot)?;
-        // Busy time and the kernel's counts move with data I/O, not with a
-        // passthrough command (a tick one did add is read with the next
-        // data I/O); with requests in flight, the same read gives the
-        // kernel's in-flight count, for the correction below.
-        let stat = match prev {
-            Some(p)
-                if p.io_ticks_ms.is_some()
-                    && sh.inflight == 0
-                    && p.traced_ios[..DIR_OTHER] == sum.ios[..DIR_OTHER] =>
-            {
-                None
-            }
-            _ => Some(self.sysfs_attr(dev, "stat")),
-        };
+        let Reading {
+            slot,
+            dev,
+            mut sh,
+            prev,
+            mut sum,
+        } = r;
+        let prev = prev.as_ref();
         // A count gone wrong (a completion whose issue came before the
         // probes, or one the tracepoint never reported: see
         // `floor_to_kernel`) is put right when the kernel says the device
         // is idle. (Its `stat` says so as its `inflight` does: one read of
-        // a busy device each interval, where there were two.)
+        // a busy device each interval, where there were two.) The one
+        // field is stored, so the probes' updates of the others stand.
         let corrected = sh.inflight != 0
             && stat
                 .as_ref()
@@ -556,7 +618,8 @@ impl Observer {
                 == Some(0);
         if corrected {
             sh.inflight = 0;
-            let _ = self.shared.set(slot, sh, 0);
+            self.shared_view
+                .store_u64(slot, std::mem::offset_of!(DevShared, inflight), 0);
         }
         let peak = sh.peak;
         if peak != 0 {
@@ -643,26 +706,52 @@ impl Observer {
             .filter(|(_, d)| !matches!(**d, SLOT_EMPTY | SLOT_GONE))
             .map(|(s, d)| (s as u32, *d))
             .collect();
-        let mut last = StdHashMap::with_capacity(watched.len());
+        // Every device's shared state, then its counters, before the
+        // kernel's figures of them all: whatever the probes count after
+        // these reads moves them, and the next snapshot reads them again.
+        let mut read = Vec::with_capacity(watched.len());
+        let mut reading = Vec::new();
         for (slot, k) in watched {
             let dev = DevNum::from_kernel(k);
-            // Read before the counters: whatever they count after this
-            // moves it, and the next snapshot reads them again.
             let sh = self
                 .shared_view
                 .get(slot)
                 .ok_or_else(|| ObserveError::Map("SHARED", format!("slot {slot} not mapped")))?;
-            let l = match self.last.remove(&k) {
-                Some(l) if l.shared == sh && sh.inflight == 0 => Last {
-                    counters: DeviceCounters {
-                        inflight_peak: 0,
-                        silent_ns: None,
-                        ..l.counters
+            match self.last.remove(&k) {
+                Some(l) if l.shared == sh && sh.inflight == 0 => read.push((
+                    k,
+                    Last {
+                        counters: DeviceCounters {
+                            inflight_peak: 0,
+                            silent_ns: None,
+                            ..l.counters
+                        },
+                        ..l
                     },
-                    ..l
-                },
-                prev => self.read_device(slot, dev, sh, prev.as_ref(), now_ns)?,
-            };
+                )),
+                prev => reading.push(Reading {
+                    slot,
+                    dev,
+                    sh,
+                    prev,
+                    sum: self.read_stats(slot)?,
+                }),
+            }
+        }
+        let want: Vec<DevNum> = reading
+            .iter()
+            .filter(|r| Self::wants_stat(r))
+            .map(|r| r.dev)
+            .collect();
+        let mut stats = self.kernel_stats(&want);
+        for r in reading {
+            let k = r.dev.kernel();
+            let stat = stats.remove(&r.dev);
+            read.push((k, self.read_device(r, stat, now_ns)?));
+        }
+        let mut last = StdHashMap::with_capacity(read.len());
+        for (k, l) in read {
+            let dev = DevNum::from_kernel(k);
             for (id, c) in &l.cgcache {
                 let e = cgroups.entry((dev, *id)).or_default();
                 e.bios += c.bios;
@@ -691,6 +780,16 @@ impl Observer {
             cgroups,
             io_ticks_ms,
         })
+    }
+
+    /// Whether the counters are read through a mapping (see [`Access`]).
+    pub fn stats_mapped(&self) -> bool {
+        self.stats.mapped()
+    }
+
+    /// How many snapshots took the kernel's figures from `/proc/diskstats`.
+    pub fn diskstats_reads(&self) -> u64 {
+        self.diskstats_reads
     }
 
     /// Entries of the CGROUPS map now.

@@ -1,7 +1,7 @@
 //! Block-layer observers, built to cost as little per I/O as possible: no
 //! hash table is touched on the per-I/O path. A watched device has a slot
 //! (its index in array maps, found from its dev_t by open addressing in
-//! SLOTS); its counters live at that index in per-CPU arrays. Requests are
+//! SLOTS); its counters live at that index in each CPU's part of STATS. Requests are
 //! seen at their issue, requeue and completion through BTF-enabled
 //! tracepoints, which hand over `struct request` itself: the programs load
 //! what they need from it in place (offsets from the kernel's BTF, in
@@ -17,7 +17,7 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
-    helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map, tracepoint},
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
     programs::{BtfTracePointContext, TracePointContext},
@@ -32,8 +32,15 @@ use pathpilot_common::{
 /// The watch list (see `Slot`).
 #[map]
 static SLOTS: Array<Slot> = Array::with_max_entries(MAX_SLOTS, 0);
+/// Each slot's counters on each CPU, side by side: entry `slot * NCPUS +
+/// cpu` (the loader sizes it). A plain array rather than a per-CPU one,
+/// so that userspace can map it and read every busy device's counters
+/// with no syscall, or read a device's for every CPU in one.
 #[map]
-static STATS: PerCpuArray<DevStats> = PerCpuArray::with_max_entries(MAX_SLOTS, 0);
+static STATS: Array<DevStats> = Array::with_max_entries(MAX_SLOTS, BPF_F_MMAPABLE);
+/// Possible CPUs, set by the loader.
+#[unsafe(no_mangle)]
+static NCPUS: u32 = 1;
 /// Mappable: userspace reads it with no syscall, to skip devices whose
 /// state has not moved since its last snapshot.
 #[map]
@@ -88,9 +95,15 @@ fn atomic_add(p: &mut i64, v: i64) {
     }
 }
 
+/// This CPU's counters of `slot`: no other CPU writes them, as with a
+/// per-CPU array (the programs run with migration disabled).
 #[inline(always)]
 fn stats(slot: u32) -> Option<&'static mut DevStats> {
-    STATS.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let n = unsafe { core::ptr::read_volatile(&raw const NCPUS) };
+    STATS
+        .get_ptr_mut(slot * n + cpu)
+        .map(|p| unsafe { &mut *p })
 }
 
 #[inline(always)]
