@@ -24,6 +24,7 @@ mod message;
 pub mod multipathd;
 pub mod readback;
 mod suspend_guard;
+mod table_status;
 
 pub use message::Message;
 
@@ -344,30 +345,24 @@ impl Dm {
 
     /// The live table's targets, as the kernel prints them.
     pub fn table(&self, map: &str) -> Result<Vec<Target>, DmError> {
-        self.table_status(map, Op::Table, DmFlags::DM_STATUS_TABLE)
+        self.table_status(map, Op::Table, table_status::STATUS_TABLE_FLAG)
     }
 
     /// The live table's status lines.
     pub fn status(&self, map: &str) -> Result<Vec<Target>, DmError> {
-        // NOFLUSH: status of targets with metadata must not write; harmless here.
-        self.table_status(map, Op::Status, DmFlags::DM_NOFLUSH)
+        self.table_status(map, Op::Status, table_status::NOFLUSH_FLAG)
     }
 
-    fn table_status(&self, map: &str, op: Op, flags: DmFlags) -> Result<Vec<Target>, DmError> {
-        let name = dm_name(map)?;
-        let (_, lines) = self
-            .dm
-            .table_status(&DevId::Name(name), DmOptions::default().set_flags(flags))
-            .map_err(|e| classify(op, map, e))?;
-        Ok(lines
-            .into_iter()
-            .map(|(start, length, target_type, params)| Target {
-                start,
-                length,
-                target_type,
-                params,
-            })
-            .collect())
+    fn table_status(&self, map: &str, op: Op, flags: u32) -> Result<Vec<Target>, DmError> {
+        dm_name(map)?;
+        table_status::table_status(self.dm.file(), map, flags).map_err(|f| match f {
+            table_status::Failure::Errno(e) => classify_errno(op, map, Errno(e)),
+            table_status::Failure::Malformed(why) => DmError::Other {
+                op,
+                map: map.into(),
+                msg: format!("the kernel's answer does not parse: {why}"),
+            },
+        })
     }
 
     /// The live table of a multipath map, typed.
@@ -720,6 +715,11 @@ fn classify(op: Op, map: &str, e: devicemapper::DmError) -> DmError {
             msg: e.to_string(),
         };
     };
+    classify_errno(op, map, errno)
+}
+
+/// An ioctl's errno as our error, naming the ioctl and the map.
+fn classify_errno(op: Op, map: &str, errno: Errno) -> DmError {
     match errno.0 {
         libc::EPERM | libc::EACCES => DmError::NotRoot(format!("{op} on '{map}'")),
         // The dm ioctls answer ENXIO for "no device of that name".
