@@ -8,12 +8,17 @@ use std::{collections::HashMap, fs::File, hash::Hash, io, os::unix::fs::FileExt,
 /// Open attribute files by key.
 pub struct KeptFiles<K> {
     open: HashMap<K, File>,
+    /// One page to read into, zeroed once: a page cleared for every read
+    /// was most of a read's cost in the emulated guest, where the daemon
+    /// reads a hundred attributes a window under load.
+    buf: Vec<u8>,
 }
 
 impl<K> Default for KeptFiles<K> {
     fn default() -> Self {
         Self {
             open: HashMap::new(),
+            buf: Vec::new(),
         }
     }
 }
@@ -24,14 +29,17 @@ impl<K: Eq + Hash> KeptFiles<K> {
     /// read (ENODEV); the path is then opened again, which finds a device
     /// that came back under the same name, or fails as a missing one does.
     pub fn read(&mut self, key: K, path: impl FnOnce() -> PathBuf) -> io::Result<String> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; PAGE];
+        }
         if let Some(f) = self.open.get(&key) {
-            if let Ok(s) = read_at_start(f) {
+            if let Ok(s) = read_at_start(f, &mut self.buf) {
                 return Ok(s);
             }
             self.open.remove(&key);
         }
         let f = File::open(path())?;
-        let s = read_at_start(&f)?;
+        let s = read_at_start(&f, &mut self.buf)?;
         self.open.insert(key, f);
         Ok(s)
     }
@@ -55,10 +63,12 @@ impl<K: Eq + Hash> KeptFiles<K> {
     }
 }
 
-/// An attribute's text: at most a page.
-fn read_at_start(f: &File) -> io::Result<String> {
-    let mut buf = [0u8; 4096];
-    let n = f.read_at(&mut buf, 0)?;
+/// What a sysfs attribute shows at most.
+const PAGE: usize = 4096;
+
+/// An attribute's text (at most a page), read through `buf`.
+fn read_at_start(f: &File, buf: &mut [u8]) -> io::Result<String> {
+    let n = f.read_at(buf, 0)?;
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 

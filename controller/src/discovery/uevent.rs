@@ -133,14 +133,18 @@ impl UeventMonitor {
     /// Reads every pending event without blocking.
     pub fn drain(&self) -> Drained {
         let mut out = Drained::default();
-        let mut buf = vec![0u8; 8192];
+        // Not zeroed: the engine drains every tick, mostly finding nothing,
+        // and clearing 8 KiB each time showed in the emulated guest's
+        // profile. Only what the kernel wrote is read.
+        let mut buf: Vec<u8> = Vec::with_capacity(8192);
         loop {
-            // SAFETY: buf is valid for writes of its length.
+            buf.clear();
+            // SAFETY: the spare capacity is valid for writes of its length.
             let n = unsafe {
                 libc::recv(
                     self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
+                    buf.spare_capacity_mut().as_mut_ptr().cast(),
+                    buf.capacity(),
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -155,7 +159,9 @@ impl UeventMonitor {
                     _ => return out,
                 }
             }
-            let Some(e) = Uevent::parse(&buf[..n as usize]) else {
+            // SAFETY: recv wrote n bytes (at most the capacity) into it.
+            unsafe { buf.set_len(n as usize) };
+            let Some(e) = Uevent::parse(&buf) else {
                 continue;
             };
             if e.touches_paths() {

@@ -233,7 +233,7 @@ impl DeviceInterval {
                 .filter_map(|k| {
                     // Shifted into the overall histogram's buckets, whose
                     // quantiles know their bounds.
-                    let mut h = vec![0u64; LAT_BUCKETS];
+                    let mut h = [0u64; LAT_BUCKETS];
                     for (b, (c, p)) in cs.lat_by_size[k]
                         .iter()
                         .zip(ps.lat_by_size[k].iter())
