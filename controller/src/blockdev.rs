@@ -214,13 +214,16 @@ impl DiskStats {
             self.text.extend_from_slice(&self.chunk[..n]);
         }
         let text = String::from_utf8_lossy(&self.text);
-        self.lines = Some(text.lines().count());
-        Ok(text
-            .lines()
-            .filter_map(diskstats_line)
-            .filter(|(d, _)| want(*d))
-            .map(|(d, f)| (d, f.to_string()))
-            .collect())
+        let mut lines = 0;
+        let mut got = Vec::new();
+        for l in text.lines() {
+            lines += 1;
+            if let Some((d, f)) = diskstats_line(l).filter(|(d, _)| want(*d)) {
+                got.push((d, f.to_string()));
+            }
+        }
+        self.lines = Some(lines);
+        Ok(got)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Block-layer observers, built to cost as little per I/O as possible: no
 //! hash table is touched on the per-I/O path. A watched device has a slot
 //! (its index in array maps, found from its dev_t by open addressing in
-//! SLOTS); its counters live at that index in each CPU's part of STATS. Requests are
-//! seen at their issue, requeue and completion through BTF-enabled
+//! SLOTS); its counters live in STATS, one entry per CPU for each slot.
+//! Requests are seen at their issue, requeue and completion through BTF-enabled
 //! tracepoints, which hand over `struct request` itself: the programs load
 //! what they need from it in place (offsets from the kernel's BTF, in
 //! LAYOUT), find its device through its queue's disk, and
