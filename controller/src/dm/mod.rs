@@ -20,11 +20,11 @@ use crate::{
     mpath::{MultipathStatus, MultipathTable, ParseError},
 };
 
+mod ioctl;
 mod message;
 pub mod multipathd;
 pub mod readback;
 mod suspend_guard;
-mod table_status;
 
 pub use message::Message;
 
@@ -302,15 +302,13 @@ impl Dm {
 
     /// All dm devices, sorted by name.
     pub fn list(&self) -> Result<Vec<MapEntry>, DmError> {
-        let mut v: Vec<MapEntry> = self
-            .dm
-            .list_devices()
-            .map_err(|e| classify(Op::List, "", e))?
+        let mut v: Vec<MapEntry> = ioctl::list_devices(self.dm.file())
+            .map_err(|f| failure(Op::List, "", f))?
             .into_iter()
-            .map(|(name, dev, ev)| MapEntry {
-                name: name.to_string(),
-                dev: DevNum::new(dev.major, dev.minor),
-                event_nr: ev,
+            .map(|(name, dev, event_nr)| MapEntry {
+                name,
+                dev,
+                event_nr,
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -345,24 +343,17 @@ impl Dm {
 
     /// The live table's targets, as the kernel prints them.
     pub fn table(&self, map: &str) -> Result<Vec<Target>, DmError> {
-        self.table_status(map, Op::Table, table_status::STATUS_TABLE_FLAG)
+        self.table_status(map, Op::Table, ioctl::STATUS_TABLE_FLAG)
     }
 
     /// The live table's status lines.
     pub fn status(&self, map: &str) -> Result<Vec<Target>, DmError> {
-        self.table_status(map, Op::Status, table_status::NOFLUSH_FLAG)
+        self.table_status(map, Op::Status, ioctl::NOFLUSH_FLAG)
     }
 
     fn table_status(&self, map: &str, op: Op, flags: u32) -> Result<Vec<Target>, DmError> {
         dm_name(map)?;
-        table_status::table_status(self.dm.file(), map, flags).map_err(|f| match f {
-            table_status::Failure::Errno(e) => classify_errno(op, map, Errno(e)),
-            table_status::Failure::Malformed(why) => DmError::Other {
-                op,
-                map: map.into(),
-                msg: format!("the kernel's answer does not parse: {why}"),
-            },
-        })
+        ioctl::table_status(self.dm.file(), map, flags).map_err(|f| failure(op, map, f))
     }
 
     /// The live table of a multipath map, typed.
@@ -616,10 +607,7 @@ impl Dm {
     /// Arms the control fd's event notification (dm ioctl >= 4.37): any dm
     /// event after this call wakes [`Dm::poll_events`].
     pub fn arm_events(&self) -> Result<(), DmError> {
-        self.dm
-            .arm_poll()
-            .map(drop)
-            .map_err(|e| classify(Op::Wait, "-", e))
+        ioctl::arm_poll(self.dm.file()).map_err(|f| failure(Op::Wait, "-", f))
     }
 
     /// Waits until a dm event (of any map) happened since the last
@@ -719,6 +707,18 @@ fn classify(op: Op, map: &str, e: devicemapper::DmError) -> DmError {
 }
 
 /// An ioctl's errno as our error, naming the ioctl and the map.
+/// A failure of pathpilot's own ioctls, as the crate's are classified.
+fn failure(op: Op, map: &str, f: ioctl::Failure) -> DmError {
+    match f {
+        ioctl::Failure::Errno(e) => classify_errno(op, map, Errno(e)),
+        ioctl::Failure::Malformed(why) => DmError::Other {
+            op,
+            map: map.into(),
+            msg: format!("the kernel's answer does not parse: {why}"),
+        },
+    }
+}
+
 fn classify_errno(op: Op, map: &str, errno: Errno) -> DmError {
     match errno.0 {
         libc::EPERM | libc::EACCES => DmError::NotRoot(format!("{op} on '{map}'")),
