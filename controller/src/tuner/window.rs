@@ -37,7 +37,11 @@ pub struct Window {
 impl Window {
     /// From the map's dm device figures, the bytes submitted to it as bios
     /// (per-cgroup accounting sums to that), and its paths' figures.
-    pub fn from_intervals(map: &DeviceInterval, bio_bytes: u64, paths: &[DeviceInterval]) -> Self {
+    pub fn from_intervals<'a>(
+        map: &DeviceInterval,
+        bio_bytes: u64,
+        paths: impl IntoIterator<Item = &'a DeviceInterval>,
+    ) -> Self {
         let bytes = (map.read_bytes + map.write_bytes) as f64;
         // Bio order is the workload's; request order changes with the very
         // knobs being tuned (merged requests leave out of order).
@@ -67,7 +71,7 @@ impl Window {
             avg_request_kib: map.avg_request_bytes / 1024.0,
             lat_p99_ms: map.lat_p99_us.map(|u| u / 1000.0),
             paths: paths
-                .iter()
+                .into_iter()
                 .map(|p| PathFigures {
                     mib_s: p.read_mib_s + p.write_mib_s,
                     iops: p.iops,

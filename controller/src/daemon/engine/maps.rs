@@ -451,7 +451,7 @@ impl Engine {
             m.suspended = suspended;
             let moved = event_nr != m.last_event;
             m.last_event = event_nr;
-            if !all && !moved && !m.status_look.due(now, false) {
+            if !all && !moved && m.status_look.due(now, false).is_none() {
                 continue;
             }
             m.status_look.looked(now);

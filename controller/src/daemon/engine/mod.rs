@@ -29,7 +29,7 @@ use super::{
         marginal,
         no_path_retry::NoPathRetry,
         outside,
-        schedule::{Look, Scan, ScanSchedule},
+        schedule::{Look, Reads, Scan, ScanSchedule},
         sync::{self, Hold},
     },
     shared::{Change, Shared},
@@ -838,14 +838,13 @@ impl Engine {
             let bio_bytes = mi_int.bio_bytes;
             // The tuner sees the paths it tunes.
             let tuned = m.tuned_paths();
-            let tuned_pis: Vec<DeviceInterval> = m
+            let tuned_pis = m
                 .paths
                 .iter()
                 .zip(&pis)
                 .filter(|(p, _)| tuned.iter().any(|(_, d)| *d == p.dev))
-                .map(|(_, i)| i.clone())
-                .collect();
-            let w = Window::from_intervals(&mi_int, bio_bytes, &tuned_pis);
+                .map(|(_, i)| i);
+            let w = Window::from_intervals(&mi_int, bio_bytes, tuned_pis);
             m.class = crate::tuner::Class::of(&w).map(|c| c.key());
             if m.tuner.is_none() {
                 continue;
@@ -853,9 +852,9 @@ impl Engine {
             self.judge_health(mi, t, &pis);
             let now = Instant::now();
             let trying = self.maps[mi].tuner.as_ref().is_some_and(Tuner::trying);
-            let looked = self.maps[mi].look.due(now, trying);
-            if looked {
-                self.look_outside(mi, t, now);
+            let look = self.maps[mi].look.due(now, trying);
+            if let Some(reads) = look {
+                self.look_outside(mi, t, now, reads);
             }
             let m = &self.maps[mi];
             let failed: Vec<String> = m
@@ -885,7 +884,10 @@ impl Engine {
                 .and_then(|tu| tu.on_window(t, &w, &health));
             // Never overwrite someone else's change: look first. One found
             // stops tuning, and the tuner withdraws what it proposed.
-            if action.is_some() && !looked && self.look_outside(mi, t, now) {
+            if action.is_some()
+                && look != Some(Reads::TableAndKnobs)
+                && self.look_outside(mi, t, now, Reads::TableAndKnobs)
+            {
                 action = None;
             }
             if let Some(a) = action {
@@ -917,9 +919,10 @@ impl Engine {
         Ok(())
     }
 
-    /// [`Self::check_knobs`] at `now`, its CPU accounted; whether it found
-    /// a change made outside (tuning stopped by it).
-    fn look_outside(&mut self, mi: usize, t: f64, now: Instant) -> bool {
+    /// [`Self::check_knobs`] at `now` (the live table read, or the one
+    /// the daemon left taken as it), its CPU accounted; whether it found a
+    /// change made outside (tuning stopped by it).
+    fn look_outside(&mut self, mi: usize, t: f64, now: Instant, reads: Reads) -> bool {
         let cpu = thread_cpu();
         let held = |e: &Self| {
             e.maps[mi]
@@ -928,8 +931,12 @@ impl Engine {
                 .is_some_and(|tu| tu.held().is_some())
         };
         let before = held(self);
-        self.check_knobs(mi, t);
-        self.maps[mi].look.looked(now);
+        if reads == Reads::TableAndKnobs {
+            self.check_knobs(mi, t);
+            self.maps[mi].look.looked(now);
+        } else {
+            self.check_queue_knobs(mi, t);
+        }
         self.account("knobs", cpu);
         !before && held(self)
     }
@@ -948,7 +955,24 @@ impl Engine {
             self.check_table(mi, table, t);
             return;
         }
-        let Ok(live) = self.settings_of(mi, &table) else {
+        self.compare_knobs(mi, &table, t);
+    }
+
+    /// [`Self::check_knobs`] with the table the daemon last left taken as
+    /// the live one: for a look while no swap was announced (a table swap
+    /// sends a uevent; a knob written in sysfs sends nothing).
+    fn check_queue_knobs(&mut self, mi: usize, t: f64) {
+        let Some(table) = self.maps[mi].expected.take() else {
+            return self.check_knobs(mi, t);
+        };
+        self.compare_knobs(mi, &table, t);
+        self.maps[mi].expected = Some(table);
+    }
+
+    /// The map's knobs as the kernel holds them with `table` live, against
+    /// what the tuner last read back.
+    fn compare_knobs(&mut self, mi: usize, table: &MultipathTable, t: f64) {
+        let Ok(live) = self.settings_of(mi, table) else {
             return;
         };
         let m = &mut self.maps[mi];

@@ -72,6 +72,16 @@ impl ScanSchedule {
     }
 }
 
+/// What a look at a map reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Its live table (a dm ioctl and a parse) and its paths' knobs.
+    TableAndKnobs,
+    /// Its paths' knobs in sysfs; the table is the one the daemon last
+    /// left, as no swap was announced.
+    Knobs,
+}
+
 /// When to read something of a map that may change without the daemon
 /// being told: owed on an announcement, else every [`Self::EVERY`].
 /// - Its table and knobs against what the daemon last left: a table swapped
@@ -79,7 +89,9 @@ impl ScanSchedule {
 ///   written in sysfs sends nothing, so the slow periodic look finds those.
 ///   The daemon also looks before every change of its own (it must not
 ///   overwrite someone else's) and every window while a trial is measured
-///   (a change under it spoils the trial).
+///   (a change under it spoils the trial): at the knobs alone, unless a
+///   swap was announced or the periodic look is due, since the table
+///   cannot have moved unannounced.
 /// - Its table and status: path states move with the map's event counter
 ///   (every map's read each interval by one list ioctl); a table swap or a
 ///   message from someone else does not move it.
@@ -110,14 +122,19 @@ impl Look {
         self.owed = true;
     }
 
-    /// Whether to look at `now`: on a change, when the periodic look is
-    /// due, while `trying` (a trial is measured), and always when no
-    /// uevents can be had.
-    pub fn due(&self, now: Instant, trying: bool) -> bool {
-        !self.monitored || trying || self.owed || now >= self.next
+    /// What to read at `now`, if anything: the table and knobs on a
+    /// change, when the periodic look is due, and always when no uevents
+    /// can be had; the knobs alone while `trying` (a trial is measured).
+    pub fn due(&self, now: Instant, trying: bool) -> Option<Reads> {
+        if !self.monitored || self.owed || now >= self.next {
+            Some(Reads::TableAndKnobs)
+        } else {
+            trying.then_some(Reads::Knobs)
+        }
     }
 
-    /// A look was taken at `now`.
+    /// A look at the table and knobs was taken at `now` (one at the knobs
+    /// alone leaves the periodic look where it was).
     pub fn looked(&mut self, now: Instant) {
         self.owed = false;
         self.next = now + Self::EVERY;
@@ -201,30 +218,44 @@ mod tests {
     #[test]
     fn knobs_are_looked_at_on_a_change_while_trying_and_every_five_seconds() {
         let t0 = Instant::now();
+        let full = Some(Reads::TableAndKnobs);
         let mut l = Look::new(t0, true);
-        assert!(l.due(t0, false), "a new map first thing");
+        assert_eq!(l.due(t0, false), full, "a new map first thing");
         l.looked(t0);
         let quiet: Vec<u64> = (1..=11)
             .filter(|i| {
                 let now = t0 + S * *i as u32;
                 let due = l.due(now, false);
-                if due {
+                if due.is_some() {
+                    assert_eq!(due, full);
                     l.looked(now);
                 }
-                due
+                due.is_some()
             })
             .collect();
         assert_eq!(quiet, vec![5, 10]);
         let now = t0 + S * 11;
-        assert!(!l.due(now, false));
-        assert!(l.due(now, true), "a trial is measured");
-        assert!(
-            Look::new(t0, false).due(now, false),
-            "no uevents: every window"
+        assert_eq!(l.due(now, false), None);
+        assert_eq!(
+            l.due(now, true),
+            Some(Reads::Knobs),
+            "a trial is measured, no swap announced"
         );
+        assert_eq!(
+            l.due(t0 + S * 15, true),
+            full,
+            "the periodic look reads the table, trial or not"
+        );
+        assert_eq!(
+            Look::new(t0, false).due(now, false),
+            full,
+            "no uevents: every window, table and all"
+        );
+        assert_eq!(Look::new(t0, false).due(now, true), full);
         l.changed();
-        assert!(l.due(now, false), "the table was swapped");
+        assert_eq!(l.due(now, false), full, "the table was swapped");
+        assert_eq!(l.due(now, true), full);
         l.looked(now);
-        assert!(!l.due(now, false));
+        assert_eq!(l.due(now, false), None);
     }
 }
