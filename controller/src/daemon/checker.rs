@@ -16,7 +16,7 @@ use std::{
     collections::HashMap,
     fs::File,
     io,
-    os::unix::fs::{FileExt, OpenOptionsExt},
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
@@ -126,25 +126,28 @@ impl Probe {
 }
 
 fn read_aligned(f: &File) -> io::Result<()> {
-    const BLOCK: usize = 4096;
-    let layout = std::alloc::Layout::from_size_align(BLOCK, BLOCK).expect("valid layout");
-    // SAFETY: a non-zero size; freed below on every path.
-    let ptr = unsafe { std::alloc::alloc(layout) };
-    if ptr.is_null() {
-        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
-    }
-    // SAFETY: ptr points to BLOCK writable bytes.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, BLOCK) };
-    let r = f.read_at(buf, 0);
-    // SAFETY: allocated above with the same layout.
-    unsafe { std::alloc::dealloc(ptr, layout) };
-    match r {
-        Ok(n) if n > 0 => Ok(()),
-        Ok(_) => Err(io::Error::new(
+    /// One block, aligned for O_DIRECT: on the stack, so a check neither
+    /// allocates nor clears memory.
+    #[repr(C, align(4096))]
+    struct Block([u8; 4096]);
+    let mut block = std::mem::MaybeUninit::<Block>::uninit();
+    // SAFETY: the kernel writes at most size_of::<Block>() bytes into the
+    // block, which nothing reads.
+    let n = unsafe {
+        libc::pread(
+            f.as_raw_fd(),
+            block.as_mut_ptr().cast(),
+            std::mem::size_of::<Block>(),
+            0,
+        )
+    };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        0 => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "read returned nothing",
         )),
-        Err(e) => Err(e),
+        _ => Ok(()),
     }
 }
 

@@ -710,7 +710,9 @@ impl Observer {
         // kernel's figures of them all: whatever the probes count after
         // these reads moves them, and the next snapshot reads them again.
         let mut read = Vec::with_capacity(watched.len());
-        let mut reading = Vec::new();
+        // A reading is kilobytes: grown a push at a time, it was copied
+        // over and over.
+        let mut reading = Vec::with_capacity(watched.len());
         for (slot, k) in watched {
             let dev = DevNum::from_kernel(k);
             let sh = self
