@@ -13,7 +13,7 @@ use std::{
     sync::atomic::{AtomicUsize, Ordering},
 };
 
-use super::Target;
+use super::{MapEntry, Target};
 use crate::blockdev::DevNum;
 
 /// `struct dm_ioctl`: its size, and its fields' offsets.
@@ -81,7 +81,7 @@ pub fn table_status(control: &File, name: &str, flags: u32) -> Result<Vec<Target
 
 /// Every map: its name, device and (kernels with interface 4.37 or later)
 /// event counter, in the kernel's order (by name).
-pub fn list_devices(control: &File) -> Result<Vec<(String, DevNum, Option<u32>)>, Failure> {
+pub fn list_devices(control: &File) -> Result<Vec<MapEntry>, Failure> {
     parse_list(&call(control, LIST_DEVICES_CMD, "", 0, &FIRST_LIST)?)
 }
 
@@ -148,11 +148,7 @@ fn request(name: &str, flags: u32, size: usize) -> Vec<u8> {
 /// The targets of an answer: `target_count` specs from `data_start`, each
 /// followed by its NUL-terminated text, `next` the offset of the one after.
 fn parse(buf: &[u8]) -> Result<Vec<Target>, Failure> {
-    let start = u32_at(buf, DATA_START) as usize;
-    let end = (u32_at(buf, DATA_SIZE) as usize).min(buf.len());
-    let data = buf
-        .get(start..end.max(start))
-        .ok_or(Failure::Malformed("data_start past the buffer"))?;
+    let data = data(buf)?;
     let mut out = Vec::new();
     let mut at = 0;
     for _ in 0..u32_at(buf, TARGET_COUNT) {
@@ -176,12 +172,8 @@ fn parse(buf: &[u8]) -> Result<Vec<Target>, Failure> {
 /// its NUL-terminated name, then (interface 4.37 on) its event counter at
 /// the next 8-byte boundary; `next` the offset of the entry after, 0 on the
 /// last. An empty answer is no maps.
-fn parse_list(buf: &[u8]) -> Result<Vec<(String, DevNum, Option<u32>)>, Failure> {
-    let start = u32_at(buf, DATA_START) as usize;
-    let end = (u32_at(buf, DATA_SIZE) as usize).min(buf.len());
-    let data = buf
-        .get(start..end.max(start))
-        .ok_or(Failure::Malformed("data_start past the buffer"))?;
+fn parse_list(buf: &[u8]) -> Result<Vec<MapEntry>, Failure> {
+    let data = data(buf)?;
     let with_event_nr = (u32_at(buf, VERSION), u32_at(buf, VERSION + 4)) >= EVENT_NR_ABI;
     let mut out = Vec::new();
     let mut at = 0;
@@ -199,17 +191,25 @@ fn parse_list(buf: &[u8]) -> Result<Vec<(String, DevNum, Option<u32>)>, Failure>
         } else {
             None
         };
-        out.push((
-            String::from_utf8_lossy(name).into_owned(),
-            decode_dev(u64_at(entry, NL_DEV)),
+        out.push(MapEntry {
+            name: String::from_utf8_lossy(name).into_owned(),
+            dev: decode_dev(u64_at(entry, NL_DEV)),
             event_nr,
-        ));
+        });
         match u32_at(entry, NL_NEXT) as usize {
             0 => break,
             next => at += next,
         }
     }
     Ok(out)
+}
+
+/// An answer's data: from `data_start` to `data_size`.
+fn data(buf: &[u8]) -> Result<&[u8], Failure> {
+    let start = u32_at(buf, DATA_START) as usize;
+    let end = (u32_at(buf, DATA_SIZE) as usize).min(buf.len());
+    buf.get(start..end.max(start))
+        .ok_or(Failure::Malformed("data_start past the buffer"))
 }
 
 /// The kernel's `huge_encode_dev`, undone: minor's low byte, major, then
@@ -341,22 +341,23 @@ mod tests {
             253 << 8 | 3,
             (300 & 0xff) | (253 << 8) | ((300 & !0xff) << 12),
         );
-        let maps = [("mpatha", d3, 7), ("a-name-of-eleven", d300, 0)];
+        let maps = [("mpatha", d3, 7), ("a-longer-name", d300, 0)];
+        let entry = |name: &str, minor, event_nr| MapEntry {
+            name: name.into(),
+            dev: DevNum::new(253, minor),
+            event_nr,
+        };
         assert_eq!(
             parse_list(&list_answer(&maps, 48)).unwrap(),
             vec![
-                ("mpatha".to_string(), DevNum::new(253, 3), Some(7)),
-                (
-                    "a-name-of-eleven".to_string(),
-                    DevNum::new(253, 300),
-                    Some(0)
-                ),
+                entry("mpatha", 3, Some(7)),
+                entry("a-longer-name", 300, Some(0))
             ]
         );
         // Before interface 4.37 no counters follow the names.
         assert_eq!(
             parse_list(&list_answer(&maps[..1], 36)).unwrap(),
-            vec![("mpatha".to_string(), DevNum::new(253, 3), None)]
+            vec![entry("mpatha", 3, None)]
         );
         assert_eq!(parse_list(&list_answer(&[], 48)).unwrap(), vec![]);
     }

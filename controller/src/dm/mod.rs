@@ -302,15 +302,7 @@ impl Dm {
 
     /// All dm devices, sorted by name.
     pub fn list(&self) -> Result<Vec<MapEntry>, DmError> {
-        let mut v: Vec<MapEntry> = ioctl::list_devices(self.dm.file())
-            .map_err(|f| failure(Op::List, "", f))?
-            .into_iter()
-            .map(|(name, dev, event_nr)| MapEntry {
-                name,
-                dev,
-                event_nr,
-            })
-            .collect();
+        let mut v = ioctl::list_devices(self.dm.file()).map_err(|f| failure(Op::List, "", f))?;
         v.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(v)
     }
@@ -706,7 +698,6 @@ fn classify(op: Op, map: &str, e: devicemapper::DmError) -> DmError {
     classify_errno(op, map, errno)
 }
 
-/// An ioctl's errno as our error, naming the ioctl and the map.
 /// A failure of pathpilot's own ioctls, as the crate's are classified.
 fn failure(op: Op, map: &str, f: ioctl::Failure) -> DmError {
     match f {
@@ -719,6 +710,7 @@ fn failure(op: Op, map: &str, f: ioctl::Failure) -> DmError {
     }
 }
 
+/// An ioctl's errno as our error, naming the ioctl and the map.
 fn classify_errno(op: Op, map: &str, errno: Errno) -> DmError {
     match errno.0 {
         libc::EPERM | libc::EACCES => DmError::NotRoot(format!("{op} on '{map}'")),
