@@ -107,7 +107,7 @@ impl Locks {
                 break;
             }
             if t.elapsed() >= wait {
-                let holder = read_holder(&path)
+                let holder = read_holder(&file)
                     .map_or_else(|| "another process".to_string(), |h| h.to_string());
                 return Err(LockError::Busy {
                     map: map.into(),
@@ -117,7 +117,7 @@ impl Locks {
             std::thread::sleep(Duration::from_millis(20));
         }
         // What the last holder left: a reload it never finished.
-        let left = read_holder(&path).and_then(|h| h.reloading_since.map(|s| (h, s)));
+        let left = read_holder(&file).and_then(|h| h.reloading_since.map(|s| (h, s)));
         let lock = MapLock {
             file,
             path,
@@ -142,7 +142,7 @@ impl Locks {
         let path = self.daemon_path();
         let file = open(&path)?;
         if !try_flock(&file).map_err(io_err(&path))? {
-            let h = read_holder(&path).unwrap_or_default();
+            let h = read_holder(&file).unwrap_or_default();
             return Err(LockError::DaemonRunning {
                 holder: h.to_string(),
                 socket: h.socket.unwrap_or_else(|| "unknown".into()),
@@ -165,7 +165,7 @@ impl Locks {
         if try_flock(&file).ok()? {
             return None; // nobody holds it (the lock goes with `file`)
         }
-        read_holder(&path)
+        read_holder(&file)
     }
 }
 
@@ -197,9 +197,12 @@ fn try_flock(f: &File) -> std::io::Result<bool> {
     }
 }
 
-fn read_holder(path: &Path) -> Option<Holder> {
+/// The holder a lock file names, read through a descriptor already open
+/// on it (from its start: the file's one offset is rewound).
+fn read_holder(mut f: &File) -> Option<Holder> {
     let mut s = String::new();
-    File::open(path).ok()?.read_to_string(&mut s).ok()?;
+    f.seek(SeekFrom::Start(0)).ok()?;
+    f.read_to_string(&mut s).ok()?;
     serde_json::from_str(s.trim()).ok()
 }
 

@@ -58,15 +58,47 @@ fn engine_share(
     v.join(", ")
 }
 
-/// The engine's time by kind of work so far (status `engine_secs`).
-fn engine_secs(tb: &Testbed) -> Result<std::collections::BTreeMap<String, f64>> {
-    let s = daemon_status(tb)?;
-    Ok(s["engine_secs"]
+/// A status field of (name, number) pairs: `engine_secs` (the engine's
+/// time by kind of work so far), `decision_counts` (the tuner's decisions
+/// by outcome).
+fn pairs(s: &serde_json::Value, key: &str) -> std::collections::BTreeMap<String, f64> {
+    s[key]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_f64()?)))
-        .collect())
+        .collect()
+}
+
+fn engine_secs(tb: &Testbed) -> Result<std::collections::BTreeMap<String, f64>> {
+    Ok(pairs(&daemon_status(tb)?, "engine_secs"))
+}
+
+/// The changes the tuner made between two statuses (a trial begun, or one
+/// undone) and the engine's CPU per change: how many trials fall in a
+/// measured span swings its figure, the cost of each does not.
+fn changes_made(before: &serde_json::Value, after: &serde_json::Value) -> String {
+    let n = |s: &serde_json::Value| {
+        let d = pairs(s, "decision_counts");
+        ["trying", "reverted", "snap_back"]
+            .iter()
+            .map(|k| d.get(*k).copied().unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    let secs = |s: &serde_json::Value| {
+        pairs(s, "engine_secs")
+            .get("changes")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let changes = n(after) - n(before);
+    if changes == 0.0 {
+        return "no change".into();
+    }
+    format!(
+        "{changes} changes, {:.1} ms of the engine's CPU each",
+        (secs(after) - secs(before)) * 1000.0 / changes
+    )
 }
 
 #[test]
@@ -145,11 +177,16 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         files.join(":")
     ))?;
     std::thread::sleep(Duration::from_secs(5));
-    let engine_before = engine_secs(&tb)?;
+    let before = daemon_status(&tb)?;
     let cpu_load = tb.cpu_over(DAEMON, 10)?.0;
+    let after = daemon_status(&tb)?;
     eprintln!(
-        "engine time by work over 10 s under load: {}",
-        engine_share(&engine_before, &engine_secs(&tb)?)
+        "engine time by work over 10 s under load: {}; {}",
+        engine_share(
+            &pairs(&before, "engine_secs"),
+            &pairs(&after, "engine_secs")
+        ),
+        changes_made(&before, &after)
     );
     let seen = poll(
         &tb,

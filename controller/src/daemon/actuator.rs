@@ -198,7 +198,9 @@ pub fn set_from_text(s: &mut Settings, k: Knob, v: &str) -> Result<()> {
 
 /// Writes the queue knobs (sysfs) of `want` that differ from `now`: the
 /// dm device's limits and scheduler, every tuned path's queue_depth.
-pub fn write_queue_knobs(t: &Target, now: &Settings, want: &Settings) -> Result<()> {
+/// Whether it wrote any (if not, `now` still stands as read).
+pub fn write_queue_knobs(t: &Target, now: &Settings, want: &Settings) -> Result<bool> {
+    let mut wrote = false;
     for k in want.diff(now) {
         let (dev, sk, v) = match k {
             Knob::MaxSectorsKb => (
@@ -216,14 +218,16 @@ pub fn write_queue_knobs(t: &Target, now: &Settings, want: &Settings) -> Result<
                 for (name, _) in t.paths {
                     sysfs_knobs::write(name, SysKnob::QueueDepth, &want.queue_depth.to_string())
                         .with_context(|| format!("{} queue_depth", t.map))?;
+                    wrote = true;
                 }
                 continue;
             }
             _ => continue,
         };
         sysfs_knobs::write(dev, sk, &v).with_context(|| format!("{} {}", t.map, k.name()))?;
+        wrote = true;
     }
-    Ok(())
+    Ok(wrote)
 }
 
 #[cfg(test)]

@@ -486,8 +486,8 @@ impl Dm {
         fault_point("reload-after-load");
         let flags = DmFlags::DM_NOFLUSH | DmFlags::DM_SKIP_LOCKFS;
         let guard = suspend_guard::Guard::arm(self.suspend_limit);
-        // The stall is the ioctl alone: the guard's thread starts before
-        // and is joined after it, I/O flowing meanwhile.
+        // The stall is the ioctl alone: the guard's timer is made before
+        // and deleted after it, I/O flowing meanwhile.
         let t1 = Instant::now();
         let swapped = self
             .dm

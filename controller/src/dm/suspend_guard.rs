@@ -1,16 +1,17 @@
 //! Bounds how long a suspend may block. The kernel waits for a suspend's
 //! in-flight I/O interruptibly (dm_suspend: a pending signal ends the wait
 //! with EINTR, and the kernel undoes the suspend). A guard armed around the
-//! ioctl signals the calling thread once the limit has passed, again every
-//! 50 ms until the ioctl returns; the signal's handler does nothing and is
-//! installed without SA_RESTART, so the ioctl fails instead of resuming.
+//! ioctl is a POSIX timer that signals the calling thread once the limit
+//! has passed, again every 50 ms until the ioctl returns; the signal's
+//! handler only notes that it fired and is installed without SA_RESTART,
+//! so the ioctl fails instead of resuming. A timer rather than a watcher
+//! thread: a thread started and joined around every reload was a visible
+//! share of the daemon's CPU at 16 maps, and a timer is three syscalls.
 use std::{
     sync::{
-        Arc, Once,
+        Once,
         atomic::{AtomicBool, Ordering},
-        mpsc,
     },
-    thread::JoinHandle,
     time::Duration,
 };
 
@@ -19,61 +20,87 @@ fn signal() -> libc::c_int {
     libc::SIGRTMIN() + 4
 }
 
-extern "C" fn nothing(_: libc::c_int) {}
+/// Sets the flag the timer's signal carries (the armed guard's own).
+extern "C" fn fired(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel hands a valid siginfo; this signal comes only from
+    // a guard's timer, whose value points at that guard's flag, alive
+    // until the timer is deleted (and a signal it raised is delivered
+    // before the deleting syscall returns: it targets this very thread).
+    unsafe {
+        let flag = (*info).si_value().sival_ptr as *const AtomicBool;
+        if !flag.is_null() {
+            (*flag).store(true, Ordering::SeqCst);
+        }
+    }
+}
 
 fn install_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: a zeroed sigaction with a handler that touches nothing
-        // (async-signal-safe) and no SA_RESTART.
+        // SAFETY: a zeroed sigaction with a handler that only stores to an
+        // atomic (async-signal-safe), SA_SIGINFO and no SA_RESTART.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+            sa.sa_sigaction = fired
+                as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+                as usize;
             libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = 0;
+            sa.sa_flags = libc::SA_SIGINFO;
             libc::sigaction(signal(), &sa, std::ptr::null_mut());
         }
     });
 }
 
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
 pub struct Guard {
-    fired: Arc<AtomicBool>,
-    stop: Option<mpsc::Sender<()>>,
-    watcher: Option<JoinHandle<()>>,
+    /// Boxed: the timer's signal carries its address.
+    fired: Box<AtomicBool>,
+    /// None when the timer could not be made: the call is then unbounded,
+    /// as a suspend is without a guard.
+    timer: Option<libc::timer_t>,
 }
 
 impl Guard {
     /// Arms a guard for the calling thread.
     pub fn arm(limit: Duration) -> Guard {
         install_handler();
-        // SAFETY: the calling thread's own id, valid while it runs (it
-        // waits for the watcher in disarm before going on).
-        let me = unsafe { libc::pthread_self() };
-        let fired = Arc::new(AtomicBool::new(false));
-        let (stop, stopped) = mpsc::channel::<()>();
-        let f = fired.clone();
-        let watcher = std::thread::Builder::new()
-            .name("suspend-guard".into())
-            .spawn(move || {
-                let mut wait = limit;
-                // Until disarmed (or the guard dropped: disconnected).
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
-                    f.store(true, Ordering::SeqCst);
-                    // SAFETY: `me` is alive: it joins this thread before
-                    // it can exit.
-                    unsafe { libc::pthread_kill(me, signal()) };
-                    wait = Duration::from_millis(50);
-                }
-            })
-            .ok();
-        Guard {
-            fired,
-            stop: Some(stop),
-            watcher,
-        }
+        let fired = Box::new(AtomicBool::new(false));
+        // SAFETY: a zeroed sigevent filled in for SIGEV_THREAD_ID (this
+        // thread's kernel id), carrying the flag's address, which the box
+        // keeps in place until `finish` deletes the timer.
+        let timer = unsafe {
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = signal();
+            ev.sigev_notify_thread_id = libc::gettid();
+            ev.sigev_value = libc::sigval {
+                sival_ptr: &*fired as *const AtomicBool as *mut libc::c_void,
+            };
+            let mut t: libc::timer_t = std::mem::zeroed();
+            let spec = libc::itimerspec {
+                // Zero would disarm it: the least limit is a nanosecond.
+                it_value: timespec(limit.max(Duration::from_nanos(1))),
+                it_interval: timespec(Duration::from_millis(50)),
+            };
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) != 0 {
+                None
+            } else if libc::timer_settime(t, 0, &spec, std::ptr::null_mut()) != 0 {
+                libc::timer_delete(t);
+                None
+            } else {
+                Some(t)
+            }
+        };
+        Guard { fired, timer }
     }
 
-    /// The guarded call returned: stops the watcher; whether it had to
+    /// The guarded call returned: stops the timer; whether it had to
     /// interrupt the call.
     pub fn disarm(mut self) -> bool {
         self.finish();
@@ -81,11 +108,9 @@ impl Guard {
     }
 
     fn finish(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
+        if let Some(t) = self.timer.take() {
+            // SAFETY: a timer this guard created and has not deleted.
+            unsafe { libc::timer_delete(t) };
         }
     }
 }
@@ -118,6 +143,35 @@ mod tests {
         assert_eq!(r, -1);
         assert_eq!(err.raw_os_error(), Some(libc::EINTR));
         assert!(t.elapsed() >= Duration::from_millis(200));
+        // SAFETY: closing the pipe's own fds.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+
+    #[test]
+    fn each_guard_signals_its_own_thread_only() {
+        // A thread blocked past its short limit is interrupted; another,
+        // guarded with a long one at the same time, is not.
+        let patient = std::thread::spawn(|| {
+            let g = Guard::arm(Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(400));
+            g.disarm()
+        });
+        let mut fds = [0; 2];
+        // SAFETY: a valid two-element array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let g = Guard::arm(Duration::from_millis(100));
+        let mut b = [0u8; 1];
+        // SAFETY: reading into a valid one-byte buffer.
+        let r = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
+        assert!(g.disarm());
+        assert_eq!(r, -1);
+        assert!(!patient.join().unwrap(), "the other thread's guard fired");
+        // A guard armed after one that fired starts unfired.
+        let g = Guard::arm(Duration::from_secs(5));
+        assert!(!g.disarm());
         // SAFETY: closing the pipe's own fds.
         unsafe {
             libc::close(fds[0]);

@@ -254,12 +254,16 @@ fn totals_add(t: &mut Totals, i: &DeviceInterval) {
     t.write_bytes += i.write_bytes;
     t.errors += i.errors;
     t.merges += i.merges;
+    // In place, kept sorted by bucket: a map built and taken apart per
+    // histogram per device per window was a visible share of the window
+    // at 80 busy devices, and a bucket once seen stays.
     let add = |acc: &mut Vec<(u64, u64)>, h: &BTreeMap<u64, u64>| {
-        let mut m: BTreeMap<u64, u64> = acc.iter().copied().collect();
         for (k, v) in h {
-            *m.entry(*k).or_default() += v;
+            match acc.binary_search_by_key(k, |(b, _)| *b) {
+                Ok(i) => acc[i].1 += v,
+                Err(i) => acc.insert(i, (*k, *v)),
+            }
         }
-        *acc = m.into_iter().collect();
     };
     add(&mut t.size_hist, &i.size_hist);
     add(&mut t.lat_hist, &i.lat_hist);
@@ -489,36 +493,84 @@ impl Engine {
     /// kernel holds now (only these knobs move: a knob someone else set
     /// stays as they set it), under the map's lock. The table knobs go by
     /// one reload; the queue knobs by sysfs, also those a reload reset.
-    /// Returns the settings read back and the reload's stall in ms.
+    /// Returns the settings read back and the reload's stall in ms, or
+    /// None when the map under the lock showed a change made outside
+    /// (see [`Self::live_unless_outside`]): nothing written.
     fn apply_settings(
         &mut self,
         mi: usize,
         knobs: &[Knob],
         to: &Settings,
-    ) -> Result<(Settings, Option<f64>)> {
+        t: f64,
+    ) -> Result<Option<(Settings, Option<f64>)>> {
         let name = self.maps[mi].name.clone();
         let mut lock = self.lock(&name)?;
+        // The table is read once under the lock, and after a reload taken
+        // from its read-back (only the queue knobs move after it; a table
+        // swapped by someone else sends a uevent that the next look
+        // reads). The knobs are read again after each write: the reload's
+        // reset of the queue limits, then the sysfs writes if any.
+        let table = self.dm.multipath_table(&name)?;
+        let Some((mut table, live)) = self.live_unless_outside(mi, table, t)? else {
+            return Ok(None);
+        };
         let paths = self.maps[mi].tuned_paths();
-        let live = self.read_settings(mi)?;
         let want = knobs.iter().fold(live.clone(), |s, k| s.with(*k, to));
         let mut stall = None;
         if knobs.iter().any(|k| k.needs_reload()) {
-            let current = self.dm.multipath_table(&name)?;
-            let table = actuator::table_for(&current, &self.maps[mi].target(&paths), &want)?;
+            let next = actuator::table_for(&table, &self.maps[mi].target(&paths), &want)?;
             let r = self
-                .reload_locked(&mut lock, mi, &table)
+                .reload_locked(&mut lock, mi, &next)
                 .with_context(|| format!("reloading {name}"))?;
             stall = Some(r.timing.stall.as_secs_f64() * 1000.0);
+            table = r.table;
         }
         // A reload resets the queue limits: read them again before
         // writing what it left short of `want`.
         let now = if stall.is_some() {
-            self.read_settings(mi)?
+            self.settings_of(mi, &table)?
         } else {
             live
         };
-        actuator::write_queue_knobs(&self.maps[mi].target(&paths), &now, &want)?;
-        Ok((self.read_settings(mi)?, stall))
+        if actuator::write_queue_knobs(&self.maps[mi].target(&paths), &now, &want)? {
+            Ok(Some((self.settings_of(mi, &table)?, stall)))
+        } else {
+            Ok(Some((now, stall)))
+        }
+    }
+
+    /// Never overwrite someone else's change: `table` (read under the
+    /// map's lock) and the knobs, against what the daemon left. A change
+    /// found stops tuning, and the tuner withdraws what it proposed: None.
+    /// Otherwise the live table and settings. The look under the lock is
+    /// the look before the change: a look just before taking it read the
+    /// same table and knobs again, a tenth of a change's work.
+    fn live_unless_outside(
+        &mut self,
+        mi: usize,
+        mut table: MultipathTable,
+        t: f64,
+    ) -> Result<Option<(MultipathTable, Settings)>> {
+        let held = |e: &Self| {
+            e.maps[mi]
+                .tuner
+                .as_ref()
+                .is_some_and(|tu| tu.held().is_some())
+        };
+        let before = held(self);
+        if self.maps[mi].expected.as_ref().is_some_and(|e| *e != table) {
+            self.check_table(mi, table, t);
+            if !before && held(self) {
+                return Ok(None);
+            }
+            // Only a form the daemon follows (see `check_table`): as it is now.
+            table = self.dm.multipath_table(&self.maps[mi].name)?;
+        }
+        let live = self.settings_of(mi, &table)?;
+        self.compare_live(mi, &live, t);
+        // A full look: the periodic one starts again from here.
+        self.maps[mi].look.looked(Instant::now());
+        Ok((before || !held(self)).then_some((table, live)))
     }
 
     /// Runs until stopped. `changes` carries control-socket requests.
@@ -878,18 +930,10 @@ impl Engine {
                 last_path_change: m.last_path_change.map(|c| t - c.elapsed().as_secs_f64()),
                 stalled_paths,
             };
-            let mut action = self.maps[mi]
+            let action = self.maps[mi]
                 .tuner
                 .as_mut()
                 .and_then(|tu| tu.on_window(t, &w, &health));
-            // Never overwrite someone else's change: look first. One found
-            // stops tuning, and the tuner withdraws what it proposed.
-            if action.is_some()
-                && look != Some(Reads::TableAndKnobs)
-                && self.look_outside(mi, t, now, Reads::TableAndKnobs)
-            {
-                action = None;
-            }
             if let Some(a) = action {
                 let cpu = thread_cpu();
                 let knobs = self.maps[mi]
@@ -897,12 +941,15 @@ impl Engine {
                     .as_ref()
                     .map(|tu| tu.settings().diff(&a.to))
                     .unwrap_or_default();
-                let r = self.apply_settings(mi, &knobs, &a.to);
+                let r = self.apply_settings(mi, &knobs, &a.to, t);
                 // A change that failed part way: what it left.
                 let rb = r.is_err().then(|| self.read_settings(mi));
                 if let Some(tuner) = self.maps[mi].tuner.as_mut() {
                     match r {
-                        Ok((rb, stall)) => tuner.applied(t, a.knob, &a.to, rb, stall),
+                        // A change made outside, found under the lock: the
+                        // tuner has withdrawn this one.
+                        Ok(None) => {}
+                        Ok(Some((rb, stall))) => tuner.applied(t, a.knob, &a.to, rb, stall),
                         Err(e) => {
                             let rb = rb
                                 .and_then(Result::ok)
@@ -920,17 +967,9 @@ impl Engine {
     }
 
     /// [`Self::check_knobs`] at `now` (the live table read, or the one
-    /// the daemon left taken as it), its CPU accounted; whether it found a
-    /// change made outside (tuning stopped by it).
-    fn look_outside(&mut self, mi: usize, t: f64, now: Instant, reads: Reads) -> bool {
+    /// the daemon left taken as it), its CPU accounted.
+    fn look_outside(&mut self, mi: usize, t: f64, now: Instant, reads: Reads) {
         let cpu = thread_cpu();
-        let held = |e: &Self| {
-            e.maps[mi]
-                .tuner
-                .as_ref()
-                .is_some_and(|tu| tu.held().is_some())
-        };
-        let before = held(self);
         if reads == Reads::TableAndKnobs {
             self.check_knobs(mi, t);
             self.maps[mi].look.looked(now);
@@ -938,7 +977,6 @@ impl Engine {
             self.check_queue_knobs(mi, t);
         }
         self.account("knobs", cpu);
-        !before && held(self)
     }
 
     /// The queue knobs and table knobs of a managed map as the kernel holds
@@ -972,14 +1010,19 @@ impl Engine {
     /// The map's knobs as the kernel holds them with `table` live, against
     /// what the tuner last read back.
     fn compare_knobs(&mut self, mi: usize, table: &MultipathTable, t: f64) {
-        let Ok(live) = self.settings_of(mi, table) else {
-            return;
-        };
+        if let Ok(live) = self.settings_of(mi, table) {
+            self.compare_live(mi, &live, t);
+        }
+    }
+
+    /// The map's knobs as read (`live`) against what the tuner last read
+    /// back: a difference is reported to the tuner, which stops tuning.
+    fn compare_live(&mut self, mi: usize, live: &Settings, t: f64) {
         let m = &mut self.maps[mi];
         let Some(tuner) = m.tuner.as_mut() else {
             return;
         };
-        let moved = outside::knob_change(tuner.settings(), &live);
+        let moved = outside::knob_change(tuner.settings(), live);
         if moved.is_empty() {
             return;
         }
@@ -996,7 +1039,7 @@ impl Engine {
             .collect();
         let why = format!("changed outside pathpilot: {}", what.join(", "));
         say!("{}: {why}", m.name);
-        tuner.outside_change(t, &why, live);
+        tuner.outside_change(t, &why, live.clone());
     }
 
     fn drain_tuner(&mut self, mi: usize) {
@@ -1261,4 +1304,30 @@ fn spawn_event_watcher(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) -> Result<
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_histograms_bucket_by_bucket_in_order() {
+        let mut t = Totals::default();
+        let mut i = DeviceInterval {
+            read_ios: 3,
+            size_hist: BTreeMap::from([(4096, 2), (65536, 1)]),
+            lat_hist: BTreeMap::from([(1024, 3)]),
+            ..Default::default()
+        };
+        totals_add(&mut t, &i);
+        // New buckets on either side and between, one seen before.
+        i.size_hist = BTreeMap::from([(512, 1), (4096, 5), (16384, 2), (1 << 20, 1)]);
+        totals_add(&mut t, &i);
+        assert_eq!(
+            t.size_hist,
+            vec![(512, 1), (4096, 7), (16384, 2), (65536, 1), (1 << 20, 1)]
+        );
+        assert_eq!(t.lat_hist, vec![(1024, 6)]);
+        assert_eq!(t.read_ios, 6);
+    }
 }

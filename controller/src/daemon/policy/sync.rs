@@ -63,10 +63,17 @@ pub fn sync(ops: &dyn MapOps, map: &str, held: &BTreeMap<DevNum, Hold>) -> Resul
             Err(e) => errors.push(format!("fail_path {dev}: {e}")),
         }
     }
+    // Read again only when a message was sent: otherwise nothing of ours
+    // moved since `before`.
+    let status = if refailed.is_empty() && errors.is_empty() {
+        before
+    } else {
+        ops.status(map)?
+    };
     Ok(Synced {
         refailed,
         errors,
-        status: ops.status(map)?,
+        status,
     })
 }
 
@@ -146,9 +153,11 @@ mod tests {
         let s = sync(&dm, "mpatha", &held).unwrap();
         assert_eq!(s.refailed, vec![(d(16), Hold::Kernel)]);
         assert!(!dm.is_failed(d(0)) && !dm.is_failed(d(32)));
-        // Already failed: nothing to send.
+        // Already failed: nothing to send, and the status read before
+        // stands for after.
         let s = sync(&dm, "mpatha", &held).unwrap();
         assert!(s.refailed.is_empty());
+        assert_eq!(crate::daemon::ops::failed_in(&s.status), vec![d(16)]);
         assert_eq!(dm.calls().len(), 1);
     }
 
