@@ -543,8 +543,8 @@ impl Engine {
     /// map's lock) and the knobs, against what the daemon left. A change
     /// found stops tuning, and the tuner withdraws what it proposed: None.
     /// Otherwise the live table and settings. The look under the lock is
-    /// the look before the change: a look just before taking it read the
-    /// same table and knobs again, a tenth of a change's work.
+    /// the look before the change: a separate look just before taking the
+    /// lock read the same table and knobs once more.
     fn live_unless_outside(
         &mut self,
         mi: usize,
