@@ -131,19 +131,6 @@ impl BlockDev {
     }
 }
 
-/// Milliseconds a device has spent with I/O in flight (`io_ticks`, field
-/// 10 of its sysfs `stat`, given as `stat`): the basis of utilisation.
-pub fn io_ticks_ms(stat: &str) -> Option<u64> {
-    stat.split_whitespace().nth(9)?.parse().ok()
-}
-
-/// Requests in flight on a device now, from its sysfs `stat` (field 9):
-/// the same count as its `inflight` file, so one read gives both it and
-/// the counters.
-pub fn stat_in_flight(stat: &str) -> Option<u64> {
-    stat.split_whitespace().nth(8)?.parse().ok()
-}
-
 /// What the kernel counted as completed on a device, by direction (the
 /// `DIR_*` indices of the probes' counters): requests and bytes, from its
 /// sysfs `stat`. Reads, writes and discards carry bytes; flushes are
@@ -154,25 +141,60 @@ pub struct KernelCounts {
     pub bytes: [u64; DIRS],
 }
 
-/// The kernel's completed requests and bytes from a sysfs `stat` (fields
-/// 1 and 3 reads, 5 and 7 writes, 12 and 14 discards, 16 flushes; a field
-/// the kernel does not have reads as 0).
-pub fn kernel_counts(stat: &str) -> Option<KernelCounts> {
-    let f: Vec<u64> = stat
-        .split_whitespace()
-        .map(|v| v.parse().ok())
-        .collect::<Option<_>>()?;
-    let at = |i: usize| f.get(i).copied().unwrap_or(0);
-    if f.len() < 11 {
-        return None;
+/// A device's sysfs `stat` (or its fields in `/proc/diskstats`), parsed
+/// once for every figure taken from it: a busy device's line was parsed
+/// three times each window, once per figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Milliseconds with I/O in flight (`io_ticks`, field 10): the basis
+    /// of utilisation.
+    pub io_ticks_ms: u64,
+    /// Requests in flight now (field 9): the same count as the device's
+    /// `inflight` file, so one read gives both it and the counters.
+    pub in_flight: u64,
+    /// Completed requests and bytes (fields 1 and 3 reads, 5 and 7
+    /// writes, 12 and 14 discards, 16 flushes; a field the kernel does not
+    /// have reads as 0).
+    pub counts: KernelCounts,
+}
+
+impl Stat {
+    /// Fields in the longest `stat` read (6.x has 17).
+    const FIELDS: usize = 17;
+
+    /// None unless every field is a number and the eleven every kernel
+    /// has are there.
+    pub fn parse(stat: &str) -> Option<Self> {
+        let mut f = [0u64; Self::FIELDS];
+        let mut n = 0;
+        for v in stat.split_ascii_whitespace() {
+            let v = v.parse().ok()?;
+            if let Some(slot) = f.get_mut(n) {
+                *slot = v;
+            }
+            n += 1;
+        }
+        if n < 11 {
+            return None;
+        }
+        let mut counts = KernelCounts::default();
+        for (dir, ios, sectors) in [(DIR_READ, 0, 2), (DIR_WRITE, 4, 6), (DIR_DISCARD, 11, 13)] {
+            counts.ios[dir] = f[ios];
+            counts.bytes[dir] = f[sectors] << 9;
+        }
+        counts.ios[DIR_FLUSH] = f[15];
+        Some(Stat {
+            io_ticks_ms: f[9],
+            in_flight: f[8],
+            counts,
+        })
     }
-    let mut k = KernelCounts::default();
-    for (dir, ios, sectors) in [(DIR_READ, 0, 2), (DIR_WRITE, 4, 6), (DIR_DISCARD, 11, 13)] {
-        k.ios[dir] = at(ios);
-        k.bytes[dir] = at(sectors) << 9;
-    }
-    k.ios[DIR_FLUSH] = at(15);
-    Some(k)
+}
+
+/// Milliseconds a device has spent with I/O in flight, from its sysfs
+/// `stat` (see [`Stat`]).
+pub fn io_ticks_ms(stat: &str) -> Option<u64> {
+    Stat::parse(stat).map(|s| s.io_ticks_ms)
 }
 
 /// Every block device's counters in one read of `/proc/diskstats`: the
@@ -191,12 +213,9 @@ pub struct DiskStats {
 }
 
 impl DiskStats {
-    /// Each device's `stat` fields (as its sysfs `stat` shows them) for
-    /// the devices `want` accepts.
-    pub fn read(
-        &mut self,
-        want: impl Fn(DevNum) -> bool,
-    ) -> std::io::Result<Vec<(DevNum, String)>> {
+    /// Each device's `stat` (as its sysfs `stat` shows it) for the
+    /// devices `want` accepts; a line that does not parse is left out.
+    pub fn read(&mut self, want: impl Fn(DevNum) -> bool) -> std::io::Result<Vec<(DevNum, Stat)>> {
         use std::os::unix::fs::FileExt;
         if self.file.is_none() {
             self.file = Some(fs::File::open("/proc/diskstats")?);
@@ -218,8 +237,10 @@ impl DiskStats {
         let mut got = Vec::new();
         for l in text.lines() {
             lines += 1;
-            if let Some((d, f)) = diskstats_line(l).filter(|(d, _)| want(*d)) {
-                got.push((d, f.to_string()));
+            if let Some((d, f)) = diskstats_line(l).filter(|(d, _)| want(*d))
+                && let Some(st) = Stat::parse(f)
+            {
+                got.push((d, st));
             }
         }
         self.lines = Some(lines);
@@ -253,17 +274,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_time_is_the_tenth_field_of_stat() {
-        let stat = "  1459   0  45398   2205   11   4   120   9   0   1713   2215   0 0 0 0 0 0\n";
+    fn busy_time_and_requests_in_flight_are_fields_10_and_9_of_stat() {
+        let stat = "  1459   0  45398   2205   11   4   120   9   7   1713   2215   0 0 0 0 0 0\n";
+        let st = Stat::parse(stat).unwrap();
+        assert_eq!((st.io_ticks_ms, st.in_flight), (1713, 7));
         assert_eq!(io_ticks_ms(stat), Some(1713));
         assert_eq!(io_ticks_ms("1 2 3"), None);
-    }
-
-    #[test]
-    fn requests_in_flight_are_the_ninth_field_of_stat() {
-        let stat = "  1459   0  45398   2205   11   4   120   9   7   1713   2215   0 0 0 0 0 0\n";
-        assert_eq!(stat_in_flight(stat), Some(7));
-        assert_eq!(stat_in_flight("1 2 3"), None);
     }
 
     #[test]
@@ -271,7 +287,7 @@ mod tests {
         // 6.x: 17 fields (reads, writes, in flight and busy time, discards,
         // flushes).
         let stat = "  4000  1  32000  900  500  2  4000  80  0  1713  990  7  0  56  3  957  40";
-        let k = kernel_counts(stat).unwrap();
+        let k = Stat::parse(stat).unwrap().counts;
         assert_eq!(k.ios[DIR_READ], 4000);
         assert_eq!(k.bytes[DIR_READ], 32000 * 512);
         assert_eq!((k.ios[DIR_WRITE], k.bytes[DIR_WRITE]), (500, 4000 * 512));
@@ -279,11 +295,16 @@ mod tests {
         assert_eq!(k.ios[DIR_FLUSH], 957);
         assert_eq!(k.ios[pathpilot_common::DIR_OTHER], 0);
         // 4.x before discards: no discard or flush figures, the rest read.
-        let old = kernel_counts("10 0 80 1 2 0 16 1 0 5 6").unwrap();
+        let old = Stat::parse("10 0 80 1 2 0 16 1 0 5 6").unwrap().counts;
         assert_eq!((old.ios[DIR_READ], old.ios[DIR_WRITE]), (10, 2));
         assert_eq!((old.ios[DIR_DISCARD], old.ios[DIR_FLUSH]), (0, 0));
-        assert_eq!(kernel_counts("1 2 3"), None);
-        assert_eq!(kernel_counts("1 2 x 4 5 6 7 8 9 10 11"), None);
+        // A later kernel's extra fields are no reason to fail.
+        assert_eq!(
+            Stat::parse(&format!("{stat} 11 12")).map(|s| s.counts),
+            Some(k)
+        );
+        assert_eq!(Stat::parse("1 2 3"), None);
+        assert_eq!(Stat::parse("1 2 x 4 5 6 7 8 9 10 11"), None);
     }
 
     #[test]
@@ -302,9 +323,9 @@ mod tests {
         let l = "   8      16 sdb 1786 12 95442 310 82 3 1296 41 0 620 352 0 0 0 0 7 1";
         let (dev, fields) = diskstats_line(l).unwrap();
         assert_eq!(dev, DevNum::new(8, 16));
-        assert_eq!(stat_in_flight(fields), Some(0));
-        assert_eq!(io_ticks_ms(fields), Some(620));
-        let k = kernel_counts(fields).unwrap();
+        let st = Stat::parse(fields).unwrap();
+        assert_eq!((st.in_flight, st.io_ticks_ms), (0, 620));
+        let k = st.counts;
         assert_eq!(k.ios[DIR_READ], 1786);
         assert_eq!(k.bytes[DIR_WRITE], 1296 << 9);
         assert_eq!(k.ios[DIR_FLUSH], 7);
@@ -322,8 +343,7 @@ mod tests {
         let got = d.read(|x| x == lo).unwrap();
         assert_eq!(got.len(), 1, "{got:?}");
         let sysfs = fs::read_to_string(lo.sysfs().join("stat")).unwrap();
-        assert_eq!(kernel_counts(&got[0].1), kernel_counts(&sysfs));
-        assert_eq!(io_ticks_ms(&got[0].1), io_ticks_ms(&sysfs));
+        assert_eq!(Some(got[0].1), Stat::parse(&sysfs));
     }
 
     #[test]

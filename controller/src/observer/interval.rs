@@ -142,7 +142,7 @@ impl DeviceInterval {
         c: &DeviceCounters,
     ) -> Self {
         let zero = DeviceCounters::ZERO;
-        let p = prev.devices.get(&dev).unwrap_or(&zero);
+        let p = prev.devices.get(&dev).map_or(&zero, |c| &**c);
         if c.stats == p.stats {
             // Nothing counted (most paths of an idle host): every figure is
             // zero, with no histogram to take apart (at 64 idle paths in
@@ -273,7 +273,7 @@ impl DeviceInterval {
         cur: &Snapshot,
     ) -> Self {
         let zero = DeviceCounters::ZERO;
-        let counters = cur.devices.get(&dev).unwrap_or(&zero);
+        let counters = cur.devices.get(&dev).map_or(&zero, |c| &**c);
         Self::from_counters(dev, name, map, prev, cur, counters)
     }
 
@@ -350,13 +350,13 @@ mod tests {
             taken: at,
             devices: [(
                 dev,
-                DeviceCounters {
+                std::sync::Arc::new(DeviceCounters {
                     stats: s,
                     inflight: 1,
                     inflight_peak: peak,
                     silent_ns: None,
                     untraced: 0,
-                },
+                }),
             )]
             .into(),
             cgroups: Default::default(),

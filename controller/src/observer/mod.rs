@@ -3,6 +3,7 @@
 //! turns two snapshots into per-interval figures.
 use std::{
     collections::{BTreeMap, HashMap as StdHashMap},
+    sync::Arc,
     time::Instant,
 };
 
@@ -164,7 +165,10 @@ pub fn floor_to_kernel(stats: &mut DevStats, now: &KernelCounts, base: &KernelCo
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub taken: Instant,
-    pub devices: BTreeMap<DevNum, DeviceCounters>,
+    /// Shared with the observer's memory of the last read: a device's
+    /// counters are kilobytes, and copying them (and moving them about a
+    /// map's nodes) was a visible share of a snapshot at 80 devices.
+    pub devices: BTreeMap<DevNum, Arc<DeviceCounters>>,
     /// (device, cgroup id) -> bios and bytes submitted.
     pub cgroups: BTreeMap<(DevNum, u64), CgroupStats>,
     /// `io_ticks` (ms busy) per device, for utilisation.
@@ -230,7 +234,7 @@ struct Reading {
 #[derive(Clone)]
 struct Last {
     shared: DevShared,
-    counters: DeviceCounters,
+    counters: Arc<DeviceCounters>,
     /// The completions the probes counted, by direction (`counters` may be
     /// raised to the kernel's count): whether the device did I/O since.
     traced_ios: [u64; DIRS],
@@ -436,7 +440,8 @@ impl Observer {
         // base there is no floor (a zero one would count since boot).
         if let Some(base) = self
             .sysfs_attr(dev, "stat")
-            .and_then(|s| blockdev::kernel_counts(&s))
+            .and_then(|s| blockdev::Stat::parse(&s))
+            .map(|s| s.counts)
         {
             self.kernel_base.insert(k, base);
         }
@@ -569,21 +574,24 @@ impl Observer {
     /// failed). Many at once come from `/proc/diskstats` in a few reads,
     /// unless it holds many more devices than asked for; a few come from
     /// their own kept files.
-    fn kernel_stats(&mut self, want: &[DevNum]) -> StdHashMap<DevNum, Option<String>> {
+    fn kernel_stats(&mut self, want: &[DevNum]) -> StdHashMap<DevNum, Option<blockdev::Stat>> {
         let many =
             want.len() >= DISKSTATS_MIN && self.diskstats.lines.is_none_or(|l| want.len() * 2 >= l);
         if many {
             let set: std::collections::HashSet<DevNum> = want.iter().copied().collect();
             if let Ok(got) = self.diskstats.read(|d| set.contains(&d)) {
                 self.diskstats_reads += 1;
-                let mut m: StdHashMap<DevNum, Option<String>> =
+                let mut m: StdHashMap<DevNum, Option<blockdev::Stat>> =
                     want.iter().map(|d| (*d, None)).collect();
                 m.extend(got.into_iter().map(|(d, f)| (d, Some(f))));
                 return m;
             }
         }
         want.iter()
-            .map(|d| (*d, self.sysfs_attr(*d, "stat")))
+            .map(|d| {
+                let st = self.sysfs_attr(*d, "stat");
+                (*d, st.as_deref().and_then(blockdev::Stat::parse))
+            })
             .collect()
     }
 
@@ -594,7 +602,7 @@ impl Observer {
     fn read_device(
         &mut self,
         r: Reading,
-        stat: Option<Option<String>>,
+        stat: Option<Option<blockdev::Stat>>,
         now_ns: u64,
     ) -> Result<Last, ObserveError> {
         let Reading {
@@ -611,11 +619,7 @@ impl Observer {
         // is idle. (Its `stat` says so as its `inflight` does: one read of
         // a busy device each interval, where there were two.) The one
         // field is stored, so the probes' updates of the others stand.
-        let corrected = sh.inflight != 0
-            && stat
-                .as_ref()
-                .and_then(|t| t.as_deref().and_then(blockdev::stat_in_flight))
-                == Some(0);
+        let corrected = sh.inflight != 0 && matches!(stat, Some(Some(s)) if s.in_flight == 0);
         if corrected {
             sh.inflight = 0;
             self.shared_view
@@ -653,7 +657,7 @@ impl Observer {
         };
         let (io_ticks_ms, kernel) = match (stat, prev) {
             (None, Some(p)) => (p.io_ticks_ms, p.kernel),
-            (Some(Some(s)), _) => (blockdev::io_ticks_ms(&s), blockdev::kernel_counts(&s)),
+            (Some(Some(s)), _) => (Some(s.io_ticks_ms), Some(s.counts)),
             _ => (None, None),
         };
         let base = self.kernel_base.get(&dev.kernel()).copied();
@@ -670,13 +674,13 @@ impl Observer {
         }
         Ok(Last {
             shared: sh,
-            counters: DeviceCounters {
+            counters: Arc::new(DeviceCounters {
                 stats: sum,
                 inflight: sh.inflight.max(0) as u64,
                 inflight_peak: peak.max(sh.inflight).max(0) as u64,
                 silent_ns: silence(&sh, now_ns),
                 untraced,
-            },
+            }),
             traced_ios,
             cgcache,
             io_ticks_ms,
@@ -720,17 +724,16 @@ impl Observer {
                 .get(slot)
                 .ok_or_else(|| ObserveError::Map("SHARED", format!("slot {slot} not mapped")))?;
             match self.last.remove(&k) {
-                Some(l) if l.shared == sh && sh.inflight == 0 => read.push((
-                    k,
-                    Last {
-                        counters: DeviceCounters {
+                Some(mut l) if l.shared == sh && sh.inflight == 0 => {
+                    if l.counters.inflight_peak != 0 || l.counters.silent_ns.is_some() {
+                        l.counters = Arc::new(DeviceCounters {
                             inflight_peak: 0,
                             silent_ns: None,
-                            ..l.counters
-                        },
-                        ..l
-                    },
-                )),
+                            ..(*l.counters).clone()
+                        });
+                    }
+                    read.push((k, l));
+                }
                 prev => reading.push(Reading {
                     slot,
                     dev,

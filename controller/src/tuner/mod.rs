@@ -582,6 +582,17 @@ impl Tuner {
             )
     }
 
+    /// The next window may end the trial in progress with its change
+    /// kept: the one decision that makes no change, so none passes through
+    /// the map's lock, where the daemon looks for a change made outside
+    /// (a revert or a new trial does). A change made outside under the
+    /// trial spoils its measurement, so the daemon looks before such a
+    /// window; the windows before it decide nothing.
+    pub fn may_keep(&self) -> bool {
+        self.trying()
+            && matches!(&self.phase, Phase::Measuring(_, v) if v.len() + 1 >= self.cfg.windows)
+    }
+
     /// Decisions made since the last call.
     pub fn drain(&mut self) -> Vec<Decision> {
         std::mem::take(&mut self.log)

@@ -1205,6 +1205,34 @@ fn a_change_found_before_the_tuners_own_is_not_overwritten_nor_logged_as_tried()
     );
 }
 
+/// The daemon looks for a change made outside only before a window that
+/// may keep a trial: every kept trial had that look, and most windows of a
+/// trial go without one.
+#[test]
+fn a_trial_is_kept_only_in_a_window_announced_as_judging() {
+    let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    let (mut kept, mut trying, mut looked) = (0, 0, 0);
+    for _ in 0..120 {
+        let judging = r.tuner.may_keep();
+        assert!(!judging || r.tuner.trying(), "only a trial is judged");
+        trying += usize::from(r.tuner.trying());
+        looked += usize::from(judging);
+        r.steps(&mut p, 1, 64.0, 0.0, 1.0, &Health::default());
+        for d in r.tuner.drain() {
+            if d.outcome == Outcome::Kept {
+                assert!(judging, "kept unannounced at {}: {d:?}", d.t);
+                kept += 1;
+            }
+        }
+    }
+    assert!(kept > 0, "a trial was kept");
+    assert!(
+        looked * 2 <= trying,
+        "{looked} of {trying} trial windows looked at"
+    );
+}
+
 #[test]
 fn a_change_that_failed_is_tried_again_later() {
     let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);

@@ -903,8 +903,8 @@ impl Engine {
             }
             self.judge_health(mi, t, &pis);
             let now = Instant::now();
-            let trying = self.maps[mi].tuner.as_ref().is_some_and(Tuner::trying);
-            let look = self.maps[mi].look.due(now, trying);
+            let judging = self.maps[mi].tuner.as_ref().is_some_and(Tuner::may_keep);
+            let look = self.maps[mi].look.due(now, judging);
             if let Some(reads) = look {
                 self.look_outside(mi, t, now, reads);
             }

@@ -88,10 +88,13 @@ pub enum Reads {
 ///   by anyone sends a `change` uevent on the map's dm device; a knob
 ///   written in sysfs sends nothing, so the slow periodic look finds those.
 ///   The daemon also looks before every change of its own (it must not
-///   overwrite someone else's) and every window while a trial is measured
-///   (a change under it spoils the trial): at the knobs alone, unless a
-///   swap was announced or the periodic look is due, since the table
-///   cannot have moved unannounced.
+///   overwrite someone else's) and before each window that may end a
+///   trial with its change kept (a change under the trial spoils it; a
+///   window earlier in the trial decides nothing, and a revert is a change
+///   of its own): at the knobs alone, unless a swap was announced or the
+///   periodic look is due, since the table cannot have moved unannounced.
+///   Looking every window of a trial cost 16 maps trying at once a
+///   hundred sysfs reads a second.
 /// - Its table and status: path states move with the map's event counter
 ///   (every map's read each interval by one list ioctl); a table swap or a
 ///   message from someone else does not move it.
@@ -124,12 +127,13 @@ impl Look {
 
     /// What to read at `now`, if anything: the table and knobs on a
     /// change, when the periodic look is due, and always when no uevents
-    /// can be had; the knobs alone while `trying` (a trial is measured).
-    pub fn due(&self, now: Instant, trying: bool) -> Option<Reads> {
+    /// can be had; the knobs alone when `judging` (the window may end a
+    /// trial with its change kept).
+    pub fn due(&self, now: Instant, judging: bool) -> Option<Reads> {
         if !self.monitored || self.owed || now >= self.next {
             Some(Reads::TableAndKnobs)
         } else {
-            trying.then_some(Reads::Knobs)
+            judging.then_some(Reads::Knobs)
         }
     }
 
@@ -216,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn knobs_are_looked_at_on_a_change_while_trying_and_every_five_seconds() {
+    fn knobs_are_looked_at_on_a_change_before_a_judgement_and_every_five_seconds() {
         let t0 = Instant::now();
         let full = Some(Reads::TableAndKnobs);
         let mut l = Look::new(t0, true);
@@ -239,7 +243,7 @@ mod tests {
         assert_eq!(
             l.due(now, true),
             Some(Reads::Knobs),
-            "a trial is measured, no swap announced"
+            "a trial may be judged, no swap announced"
         );
         assert_eq!(
             l.due(t0 + S * 15, true),
