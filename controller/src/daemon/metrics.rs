@@ -579,7 +579,10 @@ fn route(head: &[u8], shared: &Shared) -> Vec<u8> {
 async fn http(mut stream: TcpStream, shared: Shared) {
     let mut buf = Vec::with_capacity(1024);
     let reply = match timeout(IO_TIMEOUT, read_head(&mut stream, &mut buf)).await {
-        Ok(Ok(true)) => route(&buf, &shared),
+        Ok(Ok(true)) => {
+            shared.fresh().await;
+            route(&buf, &shared)
+        }
         Ok(Ok(false)) => response(
             "431 Request Header Fields Too Large",
             "text/plain",

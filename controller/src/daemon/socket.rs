@@ -337,7 +337,10 @@ async fn answer(line: &[u8], access: Access, shared: &Shared) -> Option<String> 
             "not allowed: the control socket is for root and the daemon's read group",
         )),
         (Access::Read, true) => encode(&Response::err(ErrorCode::Forbidden, "changes need root")),
-        (_, false) => read(&req, shared),
+        (_, false) => {
+            shared.fresh().await;
+            read(&req, shared)
+        }
         (Access::Full, true) => encode(&change(req, shared).await),
     })
 }
@@ -394,7 +397,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::daemon::{client, metrics::example_status, shared::Change};
+    use crate::daemon::{client, metrics::example_status, shared::ToEngine};
 
     /// A directory of its own under the temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -421,8 +424,9 @@ mod tests {
     }
 
     /// Answers changes like the engine would: known map and path, or not_found.
-    fn engine(rx: std::sync::mpsc::Receiver<Change>) {
-        for c in rx {
+    fn engine(rx: std::sync::mpsc::Receiver<ToEngine>) {
+        for m in rx {
+            let ToEngine::Change(c) = m else { continue };
             let r = match &c.request {
                 Request::Pause { map } | Request::Resume { map } if map == "mpatha" => {
                     Response::ok(json!({"map": map}))

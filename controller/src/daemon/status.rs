@@ -1,6 +1,8 @@
 //! The daemon's view of the world, as served over the control socket and
-//! rendered as metrics: the engine publishes a fresh [`DaemonStatus`] after
-//! every window; readers never wait on the engine.
+//! rendered as metrics: the engine builds a fresh [`DaemonStatus`] after a
+//! window, an event or a change when the last one was read, and on a
+//! reader's request otherwise; a reader waits on the engine for a second at
+//! most (see `shared`).
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -149,8 +151,8 @@ pub struct DaemonStatus {
     pub multipathd: Option<String>,
     pub maps: Vec<MapState>,
     /// The last decisions (newest last), at most `LOG_KEEP`. Shared with
-    /// the engine's own log: a status is published every window and on
-    /// every event, and copying up to `LOG_KEEP` decisions each time cost
+    /// the engine's own log: a status is built as often as every window
+    /// and event, and copying up to `LOG_KEEP` decisions each time cost
     /// more than the rest of the status once the log was full.
     pub decisions: Arc<Vec<LoggedDecision>>,
     /// Tuner decisions counted since start, by outcome (for metrics).

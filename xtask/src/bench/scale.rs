@@ -1,6 +1,7 @@
 //! `cargo xtask bench scale`: the daemon's own cost on a SAN host's
 //! scale, 16 LUNs x 4 paths (LIO ramdisks behind 4 tcm_loop ports in the
-//! VM), idle and under random reads on every map, against multipathd
+//! VM), idle and under random reads on every map (first while pathpilot's
+//! tuners try their candidates, then once they have settled), against multipathd
 //! managing the same LUNs. Every row gets the same settle and the same
 //! measuring time; rows alternate order between rounds.
 //!
@@ -30,6 +31,17 @@ pub struct Args {
     /// Rounds; the rows' order is reversed every other round.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Seconds of load between the first figure under load and the
+    /// steady one, the same for every row: time for pathpilot's tuners to
+    /// try every candidate for the workload (they try again only after
+    /// `retry_after_s`, 600 s by default).
+    #[arg(long, default_value_t = 60)]
+    hold: u64,
+    /// Seconds the steady figure is measured over: a minute holds one of
+    /// pathpilot's periodic full discovery passes (one a minute, in case a
+    /// uevent was lost), which a shorter figure holds or misses by chance.
+    #[arg(long, default_value_t = 60)]
+    steady_secs: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -73,6 +85,11 @@ struct Sample {
     ready_s: f64,
     cpu_idle: f64,
     cpu_load: f64,
+    /// Under the same load, `hold` seconds later.
+    cpu_steady: f64,
+    /// pathpilot only: maps whose tuner had converged at the start and at
+    /// the end of the steady figure, and the changes made during it.
+    steady_tuners: Option<(usize, usize, f64)>,
     threads: f64,
     rss_mib: f64,
     hwm_mib: f64,
@@ -102,6 +119,27 @@ fn engine_window_secs(tb: &Testbed) -> Result<f64> {
         .filter(|p| matches!(p[0].as_str(), Some("observer" | "knobs" | "window")))
         .filter_map(|p| p[1].as_f64())
         .sum())
+}
+
+/// Maps whose tuner has converged (every candidate for the workload
+/// tried), and the changes the daemon has made since it started.
+fn tuners(tb: &Testbed) -> Result<(usize, f64)> {
+    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
+    let v: Value = serde_json::from_str(out.trim()).context("status JSON")?;
+    let converged = v["data"]["maps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["tuner"] == "converged")
+        .count();
+    let changes = v["data"]["decision_counts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| matches!(p[0].as_str(), Some("trying" | "reverted" | "snap_back")))
+        .filter_map(|p| p[1].as_f64())
+        .sum();
+    Ok((converged, changes))
 }
 
 fn start(tb: &Testbed, d: Daemon) -> Result<()> {
@@ -201,27 +239,42 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
          --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --time_based --runtime={} \
          --output=/dev/null",
         files.join(":"),
-        a.secs + 6
+        a.secs + a.hold + a.steady_secs + 6
     ))?;
     std::thread::sleep(Duration::from_secs(3));
     let (cpu_load, load) = tb.cpu_over(&pid, a.secs)?;
-    tb.wait_job(&job, Duration::from_secs(a.secs + 60))?;
+    std::thread::sleep(Duration::from_secs(a.hold));
+    let is_pp = matches!(d, Daemon::Pathpilot { .. });
+    let t0 = is_pp.then(|| tuners(tb)).transpose()?;
+    let (cpu_steady, steady) = tb.cpu_over(&pid, a.steady_secs)?;
+    let t1 = is_pp.then(|| tuners(tb)).transpose()?;
+    let steady_tuners = t0.zip(t1).map(|(a, b)| (a.0, b.0, b.1 - a.1));
+    tb.wait_job(
+        &job,
+        Duration::from_secs(a.secs + a.hold + a.steady_secs + 60),
+    )?;
     stop(tb, d)?;
     let s = Sample {
         ready_s: ready.as_secs_f64(),
         cpu_idle,
         cpu_load,
-        threads: idle.threads.max(load.threads) as f64,
-        rss_mib: idle.rss_kib.max(load.rss_kib) as f64 / 1024.0,
-        hwm_mib: load.hwm_kib as f64 / 1024.0,
+        cpu_steady,
+        steady_tuners,
+        threads: idle.threads.max(load.threads).max(steady.threads) as f64,
+        rss_mib: idle.rss_kib.max(load.rss_kib).max(steady.rss_kib) as f64 / 1024.0,
+        hwm_mib: steady.hwm_kib as f64 / 1024.0,
         window_ms,
     };
+    let tuned = s.steady_tuners.map_or(String::new(), |(c0, c1, n)| {
+        format!(" (maps converged {c0} -> {c1} of {}, {n} changes)", a.luns)
+    });
     eprintln!(
-        "bench: scale / {}: ready {:.1} s, CPU {:.1}% idle {:.1}% load, {} threads, RSS {:.1} MiB",
+        "bench: scale / {}: ready {:.1} s, CPU {:.1}% idle {:.1}% load {:.1}% steady{tuned}, {} threads, RSS {:.1} MiB",
         d.label(),
         s.ready_s,
         s.cpu_idle,
         s.cpu_load,
+        s.cpu_steady,
         s.threads,
         s.rss_mib
     );
@@ -247,27 +300,47 @@ pub fn run(a: Args) -> Result<()> {
     let med =
         |v: &[Sample], f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
     println!(
-        "\nscale: {} LUNs x {} paths = {} paths, {} s per figure, {} round(s), medians; CPU is % of one emulated core",
+        "\nscale: {} LUNs x {} paths = {} paths, {} s per figure, {} round(s), medians; CPU is % of one emulated core; \
+         load from {} s after the load starts, steady from {} s for {} s",
         a.luns,
         a.ports,
         a.luns * a.ports,
         a.secs,
-        a.rounds
+        a.rounds,
+        3,
+        3 + a.secs + a.hold,
+        a.steady_secs
     );
     println!(
-        "{:<46} {:>8} {:>9} {:>9} {:>8} {:>9} {:>12}",
-        "daemon", "ready s", "CPU idle", "CPU load", "threads", "RSS MiB", "window ms"
+        "{:<46} {:>8} {:>9} {:>9} {:>10} {:>8} {:>9} {:>12}",
+        "daemon",
+        "ready s",
+        "CPU idle",
+        "CPU load",
+        "CPU steady",
+        "threads",
+        "RSS MiB",
+        "window ms"
     );
     let mut rows = vec![];
     for (d, v) in ROWS.iter().zip(&got) {
         let window = v.iter().filter_map(|s| s.window_ms).collect::<Vec<_>>();
         let window_ms = (!window.is_empty()).then(|| median(&mut window.clone()));
+        // The fewest maps converged through a steady figure, over rounds.
+        let settled = v
+            .iter()
+            .filter_map(|s| s.steady_tuners)
+            .map(|(c0, c1, _)| c0.min(c1))
+            .min()
+            .map_or("-".into(), |c| format!("{c}/{}", a.luns));
         println!(
-            "{:<46} {:>8.1} {:>8.1}% {:>8.1}% {:>8.0} {:>9.1} {:>12}",
+            "{:<46} {:>8.1} {:>8.1}% {:>8.1}% {:>9.1}% {:>9} {:>8.0} {:>9.1} {:>12}",
             d.label(),
             med(v, |s| s.ready_s),
             med(v, |s| s.cpu_idle),
             med(v, |s| s.cpu_load),
+            med(v, |s| s.cpu_steady),
+            settled,
             med(v, |s| s.threads),
             med(v, |s| s.rss_mib),
             window_ms.map_or("-".into(), |w| format!("{w:.1}"))
@@ -277,17 +350,22 @@ pub fn run(a: Args) -> Result<()> {
             "ready_s": med(v, |s| s.ready_s),
             "cpu_idle_pct": med(v, |s| s.cpu_idle),
             "cpu_load_pct": med(v, |s| s.cpu_load),
+            "cpu_steady_pct": med(v, |s| s.cpu_steady),
             "threads": med(v, |s| s.threads),
             "rss_mib": med(v, |s| s.rss_mib),
             "peak_rss_mib": med(v, |s| s.hwm_mib),
             "window_cpu_ms": window_ms,
-            "samples": v.iter().map(|s| json!([s.cpu_idle, s.cpu_load])).collect::<Vec<_>>(),
+            "samples": v.iter().map(|s| json!([s.cpu_idle, s.cpu_load, s.cpu_steady])).collect::<Vec<_>>(),
+            "steady_tuners": v.iter().filter_map(|s| s.steady_tuners)
+                .map(|(c0, c1, n)| json!({"converged_before": c0, "converged_after": c1, "changes": n}))
+                .collect::<Vec<_>>(),
         }));
     }
     let p = save(
         "scale",
         &json!({
-            "luns": a.luns, "ports": a.ports, "secs": a.secs, "rounds": a.rounds,
+            "luns": a.luns, "ports": a.ports, "secs": a.secs, "rounds": a.rounds, "hold": a.hold,
+            "steady_secs": a.steady_secs,
             "rows": rows,
         }),
     )?;

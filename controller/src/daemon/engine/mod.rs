@@ -1,6 +1,7 @@
 //! The daemon's engine: one thread that owns the maps, the observer, the
 //! checkers and the tuners. It wakes on dm events, checker reports and
-//! control requests, and every window it measures, tunes and publishes.
+//! control requests, and every window it measures, tunes and publishes
+//! (builds its status for the servers when someone reads it).
 //!
 //! Order of authority, as in multipathd: the kernel's table and status are
 //! the truth (read back after every change); the operator's decisions
@@ -32,7 +33,7 @@ use super::{
         schedule::{Look, Reads, Scan, ScanSchedule},
         sync::{self, Hold},
     },
-    shared::{Change, Shared},
+    shared::{Shared, ToEngine},
     state::State,
     status::{
         DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
@@ -396,7 +397,7 @@ impl Engine {
         if e.cfg.maps.create && !e.hands_off() {
             e.create_missing()?;
         }
-        e.publish();
+        e.publish_now();
         Ok(e)
     }
 
@@ -574,16 +575,16 @@ impl Engine {
     }
 
     /// Runs until stopped. `changes` carries control-socket requests.
-    pub fn run(mut self, changes: Receiver<Change>) -> Result<()> {
-        // One channel wakes the loop: dm events and control requests.
+    pub fn run(mut self, messages: Receiver<ToEngine>) -> Result<()> {
+        // One channel wakes the loop: dm events and the servers' messages.
         let (wake_tx, wake) = mpsc::channel::<Wake>();
         {
             let tx = wake_tx.clone();
             std::thread::Builder::new()
                 .name("control".into())
                 .spawn(move || {
-                    while let Ok(c) = changes.recv() {
-                        if tx.send(Wake::Change(c)).is_err() {
+                    while let Ok(m) = messages.recv() {
+                        if tx.send(Wake::Message(m)).is_err() {
                             break;
                         }
                     }
@@ -594,12 +595,18 @@ impl Engine {
         let mut next_window = Instant::now() + self.cfg.window();
         while !self.stop.load(Ordering::SeqCst) {
             match wake.recv_timeout(tick) {
-                Ok(Wake::Change(c)) => {
+                Ok(Wake::Message(ToEngine::Change(c))) => {
                     let t = thread_cpu();
                     let r = self.handle(c.request);
-                    let _ = c.reply.send(r);
                     self.account("requests", t);
+                    // Before the reply: a client that reads the status
+                    // after its change has been answered sees the change.
                     self.publish();
+                    let _ = c.reply.send(r);
+                }
+                Ok(Wake::Message(ToEngine::Refresh(done))) => {
+                    self.publish_now();
+                    let _ = done.send(());
                 }
                 Ok(Wake::DmEvent) => {
                     let t = thread_cpu();
@@ -1105,7 +1112,16 @@ impl Engine {
         what.iter().filter_map(|w| self.spent.get(w)).sum()
     }
 
+    /// The status as it now is, for the servers: built at once if it was
+    /// read since the last build, else only marked stale, for the next
+    /// reader to ask for (see `shared`).
     fn publish(&mut self) {
+        if self.shared.wanted() {
+            self.publish_now();
+        }
+    }
+
+    fn publish_now(&mut self) {
         let t = thread_cpu();
         self.publish_status();
         self.account("publish", t);
@@ -1261,7 +1277,7 @@ fn thread_cpu() -> Duration {
 }
 
 enum Wake {
-    Change(Change),
+    Message(ToEngine),
     DmEvent,
 }
 
