@@ -726,11 +726,10 @@ impl Observer {
             match self.last.remove(&k) {
                 Some(mut l) if l.shared == sh && sh.inflight == 0 => {
                     if l.counters.inflight_peak != 0 || l.counters.silent_ns.is_some() {
-                        l.counters = Arc::new(DeviceCounters {
-                            inflight_peak: 0,
-                            silent_ns: None,
-                            ..(*l.counters).clone()
-                        });
+                        // A copy when the last snapshot still holds them.
+                        let c = Arc::make_mut(&mut l.counters);
+                        c.inflight_peak = 0;
+                        c.silent_ns = None;
                     }
                     read.push((k, l));
                 }

@@ -590,7 +590,13 @@ impl Tuner {
     /// window; the windows before it decide nothing.
     pub fn may_keep(&self) -> bool {
         self.trying()
-            && matches!(&self.phase, Phase::Measuring(_, v) if v.len() + 1 >= self.cfg.windows)
+            && matches!(&self.phase, Phase::Measuring(_, v) if self.measured_enough(v.len() + 1))
+    }
+
+    /// Whether `n` windows measured are enough to judge a baseline or a
+    /// trial (more may follow when the gain is unclear).
+    fn measured_enough(&self, n: usize) -> bool {
+        n >= self.cfg.windows
     }
 
     /// Decisions made since the last call.
@@ -725,7 +731,7 @@ impl Tuner {
         match std::mem::replace(&mut self.phase, Phase::Converged) {
             Phase::Baseline(mut v) => {
                 v.push(w.mib_s);
-                if v.len() < self.cfg.windows {
+                if !self.measured_enough(v.len()) {
                     self.phase = Phase::Baseline(v);
                     return None;
                 }
@@ -749,7 +755,7 @@ impl Tuner {
             }
             Phase::Measuring(trial, mut v) => {
                 v.push(w.mib_s);
-                if v.len() < self.cfg.windows {
+                if !self.measured_enough(v.len()) {
                     self.phase = Phase::Measuring(trial, v);
                     return None;
                 }
