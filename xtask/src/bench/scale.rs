@@ -312,12 +312,13 @@ pub fn run(a: Args) -> Result<()> {
         a.steady_secs
     );
     println!(
-        "{:<46} {:>8} {:>9} {:>9} {:>10} {:>8} {:>9} {:>12}",
+        "{:<46} {:>8} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>12}",
         "daemon",
         "ready s",
         "CPU idle",
         "CPU load",
         "CPU steady",
+        "converged",
         "threads",
         "RSS MiB",
         "window ms"
