@@ -362,6 +362,36 @@ pub fn run(a: Args) -> Result<()> {
                 .collect::<Vec<_>>(),
         }));
     }
+    // Issue 14's target for the daemon at 1 s windows, the first row.
+    let pp = &got[0];
+    let mark = |x: f64| if x <= 2.0 { "met" } else { "MISSED" };
+    let (idle, steady) = (med(pp, |s| s.cpu_idle), med(pp, |s| s.cpu_steady));
+    println!(
+        "target {}: {} <= 2% of a core idle: {idle:.1}%",
+        mark(idle),
+        ROWS[0].label()
+    );
+    // Steady only if every map's tuner had converged through it.
+    let settled = pp.iter().all(|s| {
+        s.steady_tuners
+            .is_some_and(|(c0, c1, _)| c0.min(c1) == a.luns)
+    });
+    println!(
+        "target {}: {} <= 2% of a core under steady load: {steady:.1}% \
+         (tuners converged through it: {}); while they explore: {:.1}%",
+        if settled {
+            mark(steady)
+        } else {
+            "not judged (tuners still trying)"
+        },
+        ROWS[0].label(),
+        pp.iter()
+            .filter_map(|s| s.steady_tuners)
+            .map(|(c0, c1, _)| format!("{}/{}", c0.min(c1), a.luns))
+            .collect::<Vec<_>>()
+            .join(", "),
+        med(pp, |s| s.cpu_load)
+    );
     let p = save(
         "scale",
         &json!({
