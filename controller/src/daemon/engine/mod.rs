@@ -574,7 +574,8 @@ impl Engine {
         Ok((before || !held(self)).then_some((table, live)))
     }
 
-    /// Runs until stopped. `changes` carries control-socket requests.
+    /// Runs until stopped. `messages` carries the servers' requests: changes
+    /// to carry out, and fresh statuses for readers.
     pub fn run(mut self, messages: Receiver<ToEngine>) -> Result<()> {
         // One channel wakes the loop: dm events and the servers' messages.
         let (wake_tx, wake) = mpsc::channel::<Wake>();
