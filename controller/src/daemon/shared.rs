@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_reader_gets_the_last_status_from_an_engine_held_up() {
-        let (shared, _rx) = Shared::new(DaemonStatus {
+        let (shared, rx) = Shared::new(DaemonStatus {
             pid: 7,
             ..Default::default()
         });
@@ -168,7 +168,7 @@ mod tests {
         assert!(t.elapsed() < REFRESH_WAIT * 10, "{:?}", t.elapsed());
         assert_eq!(shared.with_status(|s| s.pid), 7);
         // An engine gone: no wait at all.
-        drop(_rx);
+        drop(rx);
         block_on(shared.fresh());
     }
 }

@@ -44,6 +44,9 @@ pub struct Args {
     steady_secs: u64,
 }
 
+/// Seconds from the load's start to its first figure, every row.
+const RAMP_S: u64 = 3;
+
 #[derive(Clone, Copy)]
 enum Daemon {
     /// pathpilot: window and check interval, seconds.
@@ -98,6 +101,14 @@ struct Sample {
     window_ms: Option<f64>,
 }
 
+impl Sample {
+    /// pathpilot only: the maps whose tuner had converged through the
+    /// whole steady figure (at its start and at its end).
+    fn converged(&self) -> Option<usize> {
+        self.steady_tuners.map(|(c0, c1, _)| c0.min(c1))
+    }
+}
+
 fn pid_of(tb: &Testbed, d: Daemon) -> Result<String> {
     let cmd = match d {
         Daemon::Pathpilot { .. } => "cat /tmp/daemon.pid",
@@ -109,10 +120,15 @@ fn pid_of(tb: &Testbed, d: Daemon) -> Result<String> {
     Ok(pid)
 }
 
-fn engine_window_secs(tb: &Testbed) -> Result<f64> {
+/// The daemon's status, as the control socket serves it.
+fn status(tb: &Testbed) -> Result<Value> {
     let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
     let v: Value = serde_json::from_str(out.trim()).context("status JSON")?;
-    Ok(v["data"]["engine_secs"]
+    Ok(v["data"].clone())
+}
+
+fn engine_window_secs(tb: &Testbed) -> Result<f64> {
+    Ok(status(tb)?["engine_secs"]
         .as_array()
         .into_iter()
         .flatten()
@@ -124,15 +140,14 @@ fn engine_window_secs(tb: &Testbed) -> Result<f64> {
 /// Maps whose tuner has converged (every candidate for the workload
 /// tried), and the changes the daemon has made since it started.
 fn tuners(tb: &Testbed) -> Result<(usize, f64)> {
-    let out = tb.sh("pathpilot ctl '{\"cmd\":\"status\"}'")?;
-    let v: Value = serde_json::from_str(out.trim()).context("status JSON")?;
-    let converged = v["data"]["maps"]
+    let v = status(tb)?;
+    let converged = v["maps"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|m| m["tuner"] == "converged")
         .count();
-    let changes = v["data"]["decision_counts"]
+    let changes = v["decision_counts"]
         .as_array()
         .into_iter()
         .flatten()
@@ -239,9 +254,9 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
          --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --time_based --runtime={} \
          --output=/dev/null",
         files.join(":"),
-        a.secs + a.hold + a.steady_secs + 6
+        a.secs + a.hold + a.steady_secs + 2 * RAMP_S
     ))?;
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(RAMP_S));
     let (cpu_load, load) = tb.cpu_over(&pid, a.secs)?;
     std::thread::sleep(Duration::from_secs(a.hold));
     let is_pp = matches!(d, Daemon::Pathpilot { .. });
@@ -307,8 +322,8 @@ pub fn run(a: Args) -> Result<()> {
         a.luns * a.ports,
         a.secs,
         a.rounds,
-        3,
-        3 + a.secs + a.hold,
+        RAMP_S,
+        RAMP_S + a.secs + a.hold,
         a.steady_secs
     );
     println!(
@@ -330,8 +345,7 @@ pub fn run(a: Args) -> Result<()> {
         // The fewest maps converged through a steady figure, over rounds.
         let settled = v
             .iter()
-            .filter_map(|s| s.steady_tuners)
-            .map(|(c0, c1, _)| c0.min(c1))
+            .filter_map(Sample::converged)
             .min()
             .map_or("-".into(), |c| format!("{c}/{}", a.luns));
         println!(
@@ -372,10 +386,7 @@ pub fn run(a: Args) -> Result<()> {
         ROWS[0].label()
     );
     // Steady only if every map's tuner had converged through it.
-    let settled = pp.iter().all(|s| {
-        s.steady_tuners
-            .is_some_and(|(c0, c1, _)| c0.min(c1) == a.luns)
-    });
+    let settled = pp.iter().all(|s| s.converged() == Some(a.luns));
     println!(
         "target {}: {} <= 2% of a core under steady load: {steady:.1}% \
          (tuners converged through it: {}); while they explore: {:.1}%",
@@ -386,8 +397,8 @@ pub fn run(a: Args) -> Result<()> {
         },
         ROWS[0].label(),
         pp.iter()
-            .filter_map(|s| s.steady_tuners)
-            .map(|(c0, c1, _)| format!("{}/{}", c0.min(c1), a.luns))
+            .filter_map(Sample::converged)
+            .map(|c| format!("{c}/{}", a.luns))
             .collect::<Vec<_>>()
             .join(", "),
         med(pp, |s| s.cpu_load)
