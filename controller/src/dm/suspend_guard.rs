@@ -126,28 +126,52 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    #[test]
-    fn a_blocking_call_past_the_limit_is_interrupted() {
-        // A blocking read on a pipe nobody writes to stands in for the
-        // suspend's interruptible wait.
+    /// A blocking read of a pipe nobody writes to, standing in for the
+    /// suspend's interruptible wait: its result and errno. Should no
+    /// guard interrupt it, a byte arrives after `backstop` and the test
+    /// fails on the result instead of hanging.
+    fn blocked_read(backstop: Duration) -> (isize, Option<i32>) {
         let mut fds = [0; 2];
         // SAFETY: a valid two-element array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let t = Instant::now();
-        let g = Guard::arm(Duration::from_millis(200));
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let wr = fds[1];
+        let writer = std::thread::spawn(move || {
+            if wait.recv_timeout(backstop).is_err() {
+                // SAFETY: one byte from a static buffer to the pipe, whose
+                // fds stay open until this thread is joined.
+                unsafe { libc::write(wr, b"x".as_ptr().cast(), 1) };
+            }
+        });
         let mut b = [0u8; 1];
         // SAFETY: reading into a valid one-byte buffer.
         let r = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
-        let err = std::io::Error::last_os_error();
-        assert!(g.disarm());
-        assert_eq!(r, -1);
-        assert_eq!(err.raw_os_error(), Some(libc::EINTR));
-        assert!(t.elapsed() >= Duration::from_millis(200));
-        // SAFETY: closing the pipe's own fds.
+        let err = std::io::Error::last_os_error().raw_os_error();
+        let _ = done.send(());
+        writer.join().unwrap();
+        // SAFETY: closing the pipe's own fds, no longer used.
         unsafe {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
+        (r, err)
+    }
+
+    #[test]
+    fn a_blocking_call_past_the_limit_is_interrupted() {
+        let t = Instant::now();
+        let g = Guard::arm(Duration::from_millis(200));
+        let (r, err) = blocked_read(Duration::from_secs(10));
+        assert!(g.disarm());
+        assert_eq!(r, -1);
+        assert_eq!(err, Some(libc::EINTR));
+        assert!(t.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[test]
+    fn an_unguarded_blocking_call_ends_at_the_backstop() {
+        // The tests above fail, not hang, when no guard fires.
+        assert_eq!(blocked_read(Duration::from_millis(50)).0, 1);
     }
 
     #[test]
@@ -159,24 +183,14 @@ mod tests {
             std::thread::sleep(Duration::from_millis(400));
             g.disarm()
         });
-        let mut fds = [0; 2];
-        // SAFETY: a valid two-element array.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         let g = Guard::arm(Duration::from_millis(100));
-        let mut b = [0u8; 1];
-        // SAFETY: reading into a valid one-byte buffer.
-        let r = unsafe { libc::read(fds[0], b.as_mut_ptr().cast(), 1) };
+        let (r, _) = blocked_read(Duration::from_secs(10));
         assert!(g.disarm());
         assert_eq!(r, -1);
         assert!(!patient.join().unwrap(), "the other thread's guard fired");
         // A guard armed after one that fired starts unfired.
         let g = Guard::arm(Duration::from_secs(5));
         assert!(!g.disarm());
-        // SAFETY: closing the pipe's own fds.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
     }
 
     #[test]

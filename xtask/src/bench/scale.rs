@@ -9,7 +9,10 @@
 //! measuring time, as a percentage of one (emulated) core: under TCG a
 //! syscall costs tens of times what it does on hardware, so the figures
 //! compare rows with each other, not with a real host.
-use std::time::{Duration, Instant};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -42,15 +45,29 @@ pub struct Args {
     /// uevent was lost), which a shorter figure holds or misses by chance.
     #[arg(long, default_value_t = 60)]
     steady_secs: u64,
+    /// Compare this pathpilot binary (one built before a change) with the
+    /// current one, both at 1 s windows, alternated in the same boot,
+    /// instead of the four rows.
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
 }
+
+/// Where the guest keeps `--baseline-bin` (copied from the share, so that
+/// no row pages its code in over 9p).
+const BASELINE: &str = "/tmp/pathpilot-baseline";
 
 /// Seconds from the load's start to its first figure, every row.
 const RAMP_S: u64 = 3;
 
 #[derive(Clone, Copy)]
 enum Daemon {
-    /// pathpilot: window and check interval, seconds.
-    Pathpilot { window: u32, checks: u32 },
+    /// pathpilot: window and check interval, seconds; `baseline`: the
+    /// binary of `--baseline-bin`.
+    Pathpilot {
+        window: u32,
+        checks: u32,
+        baseline: bool,
+    },
     /// multipathd: polling_interval, seconds.
     Multipathd { polling: u32 },
 }
@@ -58,9 +75,14 @@ enum Daemon {
 impl Daemon {
     fn label(self) -> String {
         match self {
-            Daemon::Pathpilot { window, checks } => {
-                format!("pathpilot, {window} s windows, checks every {checks} s")
-            }
+            Daemon::Pathpilot {
+                window,
+                checks,
+                baseline,
+            } => format!(
+                "pathpilot{}, {window} s windows, checks every {checks} s",
+                if baseline { " (baseline)" } else { "" }
+            ),
             Daemon::Multipathd { polling } => {
                 format!("multipathd, polling_interval {polling}")
             }
@@ -72,12 +94,14 @@ const ROWS: [Daemon; 4] = [
     Daemon::Pathpilot {
         window: 1,
         checks: 1,
+        baseline: false,
     },
     Daemon::Multipathd { polling: 1 },
     // Both daemons' defaults.
     Daemon::Pathpilot {
         window: 5,
         checks: 2,
+        baseline: false,
     },
     Daemon::Multipathd { polling: 5 },
 ];
@@ -99,6 +123,9 @@ struct Sample {
     /// pathpilot only: the engine's CPU per window on the observer, the
     /// knob read-back and the window's own work, ms.
     window_ms: Option<f64>,
+    /// pathpilot only: the engine's CPU on discovery passes during the
+    /// steady figure, ms per minute (a minute holds one full pass).
+    scan_ms_per_min: Option<f64>,
 }
 
 impl Sample {
@@ -127,15 +154,21 @@ fn status(tb: &Testbed) -> Result<Value> {
     Ok(v["data"].clone())
 }
 
-fn engine_window_secs(tb: &Testbed) -> Result<f64> {
+/// The engine's CPU seconds since it started on the works named.
+fn engine_secs(tb: &Testbed, works: &[&str]) -> Result<f64> {
     Ok(status(tb)?["engine_secs"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| matches!(p[0].as_str(), Some("observer" | "knobs" | "window")))
+        .filter(|p| p[0].as_str().is_some_and(|w| works.contains(&w)))
         .filter_map(|p| p[1].as_f64())
         .sum())
 }
+
+/// A window's work: the observer, the knob read-back, the window itself.
+const WINDOW_WORK: &[&str] = &["observer", "knobs", "window"];
+/// Discovery: a light pass each check interval, a full one a minute.
+const SCAN_WORK: &[&str] = &["rescan"];
 
 /// Maps whose tuner has converged (every candidate for the workload
 /// tried), and the changes the daemon has made since it started.
@@ -159,12 +192,17 @@ fn tuners(tb: &Testbed) -> Result<(usize, f64)> {
 
 fn start(tb: &Testbed, d: Daemon) -> Result<()> {
     match d {
-        Daemon::Pathpilot { window, checks } => tb.sh(&format!(
+        Daemon::Pathpilot {
+            window,
+            checks,
+            baseline,
+        } => tb.sh(&format!(
             "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/scale.toml <<'EOF'\n\
              mode = \"tune\"\nwindow_secs = {window}\nmetrics = \"off\"\n\
              [checker]\ninterval_secs = {checks}\nEOF\n\
-             pathpilot daemon --config /etc/pathpilot/scale.toml > /tmp/daemon.log 2>&1 &\n\
-             echo $! > /tmp/daemon.pid"
+             {} daemon --config /etc/pathpilot/scale.toml > /tmp/daemon.log 2>&1 &\n\
+             echo $! > /tmp/daemon.pid",
+            if baseline { BASELINE } else { "pathpilot" }
         ))?,
         // As an admin sets it up: udevd for multipathd's path discovery,
         // the LUNs' WWIDs added (find_multipaths strict, the default).
@@ -234,13 +272,13 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
     // The same settle for every row: discovery done, first windows past.
     std::thread::sleep(Duration::from_secs(5));
     let e0 = matches!(d, Daemon::Pathpilot { .. })
-        .then(|| engine_window_secs(tb))
+        .then(|| engine_secs(tb, WINDOW_WORK))
         .transpose()?;
     let (cpu_idle, idle) = tb.cpu_over(&pid, a.secs)?;
     let window_ms = match (d, e0) {
         (Daemon::Pathpilot { window, .. }, Some(e0)) => {
             let windows = a.secs as f64 / f64::from(window);
-            Some((engine_window_secs(tb)? - e0) * 1000.0 / windows)
+            Some((engine_secs(tb, WINDOW_WORK)? - e0) * 1000.0 / windows)
         }
         _ => None,
     };
@@ -261,8 +299,13 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
     std::thread::sleep(Duration::from_secs(a.hold));
     let is_pp = matches!(d, Daemon::Pathpilot { .. });
     let t0 = is_pp.then(|| tuners(tb)).transpose()?;
+    let s0 = is_pp.then(|| engine_secs(tb, SCAN_WORK)).transpose()?;
     let (cpu_steady, steady) = tb.cpu_over(&pid, a.steady_secs)?;
     let t1 = is_pp.then(|| tuners(tb)).transpose()?;
+    let scan_ms_per_min = match s0 {
+        Some(s0) => Some((engine_secs(tb, SCAN_WORK)? - s0) * 1000.0 * 60.0 / a.steady_secs as f64),
+        None => None,
+    };
     let steady_tuners = t0.zip(t1).map(|(a, b)| (a.0, b.0, b.1 - a.1));
     tb.wait_job(
         &job,
@@ -279,6 +322,7 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
         rss_mib: idle.rss_kib.max(load.rss_kib).max(steady.rss_kib) as f64 / 1024.0,
         hwm_mib: steady.hwm_kib as f64 / 1024.0,
         window_ms,
+        scan_ms_per_min,
     };
     let tuned = s.steady_tuners.map_or(String::new(), |(c0, c1, n)| {
         format!(" (maps converged {c0} -> {c1} of {}, {n} changes)", a.luns)
@@ -300,17 +344,48 @@ pub fn run(a: Args) -> Result<()> {
     let mut array = AluaSpec::parse(&vec!["10:ao"; a.ports].join(","))?;
     array.backstore = Backstore::Ramdisk(8);
     array.luns = a.luns;
-    let tb = Testbed::builder().paths(1).alua(array).boot()?;
-    let mut got: Vec<Vec<Sample>> = vec![vec![]; ROWS.len()];
+    let mut tb = Testbed::builder().paths(1).alua(array);
+    // The baseline reaches the guest through a share of its own.
+    let share = match &a.baseline_bin {
+        Some(bin) => {
+            if !bin.is_file() {
+                bail!("--baseline-bin {}: no such file", bin.display());
+            }
+            let dir = std::env::temp_dir().join(format!("pp-scale-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::copy(bin, dir.join("pathpilot"))
+                .with_context(|| format!("copying {}", bin.display()))?;
+            tb = tb.share(&dir);
+            Some(dir)
+        }
+        None => None,
+    };
+    let tb = tb.boot()?;
+    let daemons: Vec<Daemon> = if share.is_some() {
+        tb.sh(&format!("cp /share/pathpilot {BASELINE}"))?;
+        [false, true]
+            .map(|baseline| Daemon::Pathpilot {
+                window: 1,
+                checks: 1,
+                baseline,
+            })
+            .to_vec()
+    } else {
+        ROWS.to_vec()
+    };
+    let mut got: Vec<Vec<Sample>> = vec![vec![]; daemons.len()];
     for round in 0..a.rounds {
         let order: Vec<usize> = if round % 2 == 0 {
-            (0..ROWS.len()).collect()
+            (0..daemons.len()).collect()
         } else {
-            (0..ROWS.len()).rev().collect()
+            (0..daemons.len()).rev().collect()
         };
         for i in order {
-            got[i].push(measure(&tb, ROWS[i], &a)?);
+            got[i].push(measure(&tb, daemons[i], &a)?);
         }
+    }
+    if let Some(dir) = share {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let med =
         |v: &[Sample], f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
@@ -327,7 +402,7 @@ pub fn run(a: Args) -> Result<()> {
         a.steady_secs
     );
     println!(
-        "{:<46} {:>8} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>12}",
+        "{:<52} {:>8} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>10} {:>12}",
         "daemon",
         "ready s",
         "CPU idle",
@@ -336,12 +411,18 @@ pub fn run(a: Args) -> Result<()> {
         "converged",
         "threads",
         "RSS MiB",
-        "window ms"
+        "window ms",
+        "scan ms/min"
     );
     let mut rows = vec![];
-    for (d, v) in ROWS.iter().zip(&got) {
+    for (d, v) in daemons.iter().zip(&got) {
         let window = v.iter().filter_map(|s| s.window_ms).collect::<Vec<_>>();
         let window_ms = (!window.is_empty()).then(|| median(&mut window.clone()));
+        let scan = v
+            .iter()
+            .filter_map(|s| s.scan_ms_per_min)
+            .collect::<Vec<_>>();
+        let scan_ms = (!scan.is_empty()).then(|| median(&mut scan.clone()));
         // The fewest maps converged through a steady figure, over rounds.
         let settled = v
             .iter()
@@ -349,7 +430,7 @@ pub fn run(a: Args) -> Result<()> {
             .min()
             .map_or("-".into(), |c| format!("{c}/{}", a.luns));
         println!(
-            "{:<46} {:>8.1} {:>8.1}% {:>8.1}% {:>9.1}% {:>9} {:>8.0} {:>9.1} {:>12}",
+            "{:<52} {:>8.1} {:>8.1}% {:>8.1}% {:>9.1}% {:>9} {:>8.0} {:>9.1} {:>10} {:>12}",
             d.label(),
             med(v, |s| s.ready_s),
             med(v, |s| s.cpu_idle),
@@ -358,7 +439,8 @@ pub fn run(a: Args) -> Result<()> {
             settled,
             med(v, |s| s.threads),
             med(v, |s| s.rss_mib),
-            window_ms.map_or("-".into(), |w| format!("{w:.1}"))
+            window_ms.map_or("-".into(), |w| format!("{w:.1}")),
+            scan_ms.map_or("-".into(), |w| format!("{w:.0}"))
         );
         rows.push(json!({
             "daemon": d.label(),
@@ -370,6 +452,7 @@ pub fn run(a: Args) -> Result<()> {
             "rss_mib": med(v, |s| s.rss_mib),
             "peak_rss_mib": med(v, |s| s.hwm_mib),
             "window_cpu_ms": window_ms,
+            "scan_cpu_ms_per_min": scan_ms,
             "samples": v.iter().map(|s| json!([s.cpu_idle, s.cpu_load, s.cpu_steady])).collect::<Vec<_>>(),
             "steady_tuners": v.iter().filter_map(|s| s.steady_tuners)
                 .map(|(c0, c1, n)| json!({"converged_before": c0, "converged_after": c1, "changes": n}))
@@ -383,7 +466,7 @@ pub fn run(a: Args) -> Result<()> {
     println!(
         "target {}: {} <= 2% of a core idle: {idle:.1}%",
         mark(idle),
-        ROWS[0].label()
+        daemons[0].label()
     );
     // Steady only if every map's tuner had converged through it.
     let settled = pp.iter().all(|s| s.converged() == Some(a.luns));
@@ -395,7 +478,7 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             "not judged (tuners still trying)"
         },
-        ROWS[0].label(),
+        daemons[0].label(),
         pp.iter()
             .filter_map(Sample::converged)
             .map(|c| format!("{c}/{}", a.luns))
@@ -408,6 +491,7 @@ pub fn run(a: Args) -> Result<()> {
         &json!({
             "luns": a.luns, "ports": a.ports, "secs": a.secs, "rounds": a.rounds, "hold": a.hold,
             "steady_secs": a.steady_secs,
+            "baseline_bin": a.baseline_bin.as_ref().map(|b| b.display().to_string()),
             "rows": rows,
         }),
     )?;

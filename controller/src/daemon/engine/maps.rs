@@ -282,7 +282,7 @@ impl Engine {
     /// Creates a map for every LUN with enough paths and no map yet.
     pub(super) fn create_missing(&mut self) -> Result<()> {
         let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
-        self.create_missing_from(discovery::scan(&filter))
+        self.create_missing_from(discovery::scan_free(&filter))
     }
 
     /// [`Self::create_missing`] from a scan already made.
@@ -651,16 +651,17 @@ impl Engine {
     /// Paths that appeared or vanished: a new path of a managed map's LUN
     /// joins it by a reload; a vanished one leaves (never the last one:
     /// the map keeps it, failed, until a path returns).
-    /// `full` reads every block device (new paths, new LUNs): the daemon
-    /// asks for it when the kernel announced a disk, or now and then; else
-    /// only vanished paths and ALUA states are looked at.
+    /// `full` reads every block device nothing is stacked on (new paths,
+    /// new LUNs): the daemon asks for it when the kernel announced a disk,
+    /// or now and then; else only vanished paths and ALUA states are
+    /// looked at.
     pub(super) fn rescan(&mut self, full: bool) -> Result<()> {
         if self.hands_off() {
             return Ok(());
         }
         let scan = if full {
             let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
-            Some(discovery::scan(&filter))
+            Some(discovery::scan_free(&filter))
         } else {
             None
         };
