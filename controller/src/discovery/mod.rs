@@ -200,7 +200,7 @@ pub fn disk_order(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// Which devices a scan reads in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Held {
+enum Held {
     /// Every device, and what is stacked on it (what an admin listing
     /// paths wants to see).
     Read,

@@ -56,6 +56,16 @@ pub struct Args {
 /// no row pages its code in over 9p).
 const BASELINE: &str = "/tmp/pathpilot-baseline";
 
+/// The host directory shared with the guest for `--baseline-bin`,
+/// removed however the bench ends.
+struct Share(PathBuf);
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Seconds from the load's start to its first figure, every row.
 const RAMP_S: u64 = 3;
 
@@ -351,11 +361,11 @@ pub fn run(a: Args) -> Result<()> {
             if !bin.is_file() {
                 bail!("--baseline-bin {}: no such file", bin.display());
             }
-            let dir = std::env::temp_dir().join(format!("pp-scale-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            std::fs::copy(bin, dir.join("pathpilot"))
+            let dir = Share(std::env::temp_dir().join(format!("pp-scale-{}", std::process::id())));
+            std::fs::create_dir_all(&dir.0)?;
+            std::fs::copy(bin, dir.0.join("pathpilot"))
                 .with_context(|| format!("copying {}", bin.display()))?;
-            tb = tb.share(&dir);
+            tb = tb.share(&dir.0);
             Some(dir)
         }
         None => None,
@@ -384,11 +394,13 @@ pub fn run(a: Args) -> Result<()> {
             got[i].push(measure(&tb, daemons[i], &a)?);
         }
     }
-    if let Some(dir) = share {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     let med =
         |v: &[Sample], f: fn(&Sample) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+    // A figure only some samples have (pathpilot's): None when none has it.
+    let med_some = |v: &[Sample], f: fn(&Sample) -> Option<f64>| {
+        let mut got: Vec<f64> = v.iter().filter_map(f).collect();
+        (!got.is_empty()).then(|| median(&mut got))
+    };
     println!(
         "\nscale: {} LUNs x {} paths = {} paths, {} s per figure, {} round(s), medians; CPU is % of one emulated core; \
          load from {} s after the load starts, steady from {} s for {} s",
@@ -416,13 +428,8 @@ pub fn run(a: Args) -> Result<()> {
     );
     let mut rows = vec![];
     for (d, v) in daemons.iter().zip(&got) {
-        let window = v.iter().filter_map(|s| s.window_ms).collect::<Vec<_>>();
-        let window_ms = (!window.is_empty()).then(|| median(&mut window.clone()));
-        let scan = v
-            .iter()
-            .filter_map(|s| s.scan_ms_per_min)
-            .collect::<Vec<_>>();
-        let scan_ms = (!scan.is_empty()).then(|| median(&mut scan.clone()));
+        let window_ms = med_some(v, |s| s.window_ms);
+        let scan_ms = med_some(v, |s| s.scan_ms_per_min);
         // The fewest maps converged through a steady figure, over rounds.
         let settled = v
             .iter()
