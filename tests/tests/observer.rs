@@ -2,7 +2,7 @@
 //! real I/O to loop devices on the host (run as root).
 use pathpilot::{
     blockdev::{self, BlockDev},
-    observer::{Access, DeviceInterval, Observer, Scope},
+    observer::{Access, Bios, DeviceInterval, Observer, Scope},
 };
 use pathpilot_tests::host::{LoopDev, sh};
 
@@ -14,8 +14,8 @@ fn observe(lo: &LoopDev, io: &str) -> DeviceInterval {
 
 fn observe_with(lo: &LoopDev, io: &str, access: Access) -> DeviceInterval {
     let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
-    let mut obs =
-        Observer::load_with(Scope::WatchList, access).expect("observer loads (run as root)");
+    let mut obs = Observer::load_with(Scope::WatchList, access, Bios::Probed)
+        .expect("observer loads (run as root)");
     // A machine of a few CPUs maps the counters; asked to, it looks them up.
     assert_eq!(obs.stats_mapped(), access == Access::Auto);
     obs.watch(dev.dev).unwrap();
@@ -253,6 +253,81 @@ fn unwatched_devices_record_nothing() {
     obs.unwatch(w.dev).unwrap();
     assert!(!obs.snapshot().unwrap().devices.contains_key(&w.dev));
     assert!(obs.watched().is_empty());
+}
+
+/// The kernel's names of an observer's programs.
+fn program_names(obs: &Observer) -> Vec<String> {
+    obs.program_ids()
+        .iter()
+        .map(|id| {
+            let out = sh(&format!("bpftool -j prog show id {id}"));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
+            v["name"].as_str().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn without_the_bio_probe_bios_are_counted_from_requests_merges_and_splits() {
+    let lo = LoopDev::new(64);
+    let dev = BlockDev::resolve(&lo.path).unwrap();
+    // Both at once on the same I/O: one probing every bio, one not.
+    let mut probed = Observer::load_with(Scope::WatchList, Access::Auto, Bios::Probed).unwrap();
+    let mut lean = Observer::load_with(Scope::WatchList, Access::Auto, Bios::FromRequests).unwrap();
+    assert!(program_names(&probed).contains(&"block_bio_queue".to_string()));
+    let names = program_names(&lean);
+    assert!(!names.contains(&"block_bio_queue".to_string()), "{names:?}");
+    assert!(names.contains(&"block_split".to_string()), "{names:?}");
+    probed.watch(dev.dev).unwrap();
+    lean.watch(dev.dev).unwrap();
+    let run = |probed: &mut Observer, lean: &mut Observer, io: &str| {
+        let (p0, l0) = (probed.snapshot().unwrap(), lean.snapshot().unwrap());
+        sh(io);
+        let (p1, l1) = (probed.snapshot().unwrap(), lean.snapshot().unwrap());
+        let between = |a, b| DeviceInterval::between(dev.dev, &dev.name, None, a, b).unwrap();
+        assert!(l1.cgroups.is_empty(), "no cgroup bytes without the probe");
+        (between(&p0, &p1), between(&l0, &l1))
+    };
+    // 1 MiB bios split at 128 KiB.
+    sh(&format!(
+        "echo 128 > /sys/block/{}/queue/max_sectors_kb",
+        lo.name()
+    ));
+    let (p, l) = run(
+        &mut probed,
+        &mut lean,
+        &format!(
+            "dd if=/dev/zero of={} bs=1M count=16 oflag=direct status=none",
+            lo.path
+        ),
+    );
+    assert!(p.splits >= 16 && p.splits == l.splits, "{p:#?} {l:#?}");
+    assert_eq!((p.write_ios, l.write_ios), (128, 128));
+    assert_eq!(
+        (l.bios, l.bio_bytes),
+        (p.bios, p.bio_bytes),
+        "{p:#?} {l:#?}"
+    );
+    assert_eq!(l.bio_bytes, 16 << 20);
+    assert_eq!((l.sequential_bios, l.random_bios), (0, 0));
+    assert!(p.sequential_bios > 0);
+    // Page-cache writeback, whose bios merge.
+    let (p, l) = run(
+        &mut probed,
+        &mut lean,
+        &format!(
+            "dd if=/dev/zero of={} bs=4k count=4096 conv=fsync status=none",
+            lo.path
+        ),
+    );
+    assert!(l.merges > 0, "{l:#?}");
+    assert_eq!(l.bio_bytes, p.bio_bytes);
+    // The probe also counts fsync's empty flush bio; the requests count
+    // bios that carry data.
+    assert!(
+        l.bios <= p.bios && p.bios - l.bios <= p.flush_ios.max(1),
+        "{p:#?} {l:#?}"
+    );
 }
 
 #[test]

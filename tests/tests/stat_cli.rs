@@ -1,11 +1,41 @@
 //! `pathpilot stat` as a user runs it.
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
+    process::{Child, ChildStderr, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use pathpilot_tests::host::{LoopDev, loaded_program_ids, pathpilot_bin, program_ids_of, sh};
+
+/// `pathpilot ARGS`, once it says it is observing (the observer is
+/// attached: I/O before that is not seen), and its stderr, kept open.
+fn stat_observing(args: &[&str]) -> (Child, BufReader<ChildStderr>) {
+    let mut child = Command::new(pathpilot_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("observing"), "{line}");
+    (child, err)
+}
+
+/// 50 direct writes of 64 KiB to `dev` under a `stat --json` child, and
+/// the objects it printed.
+fn json_after_writes(child: Child, dev: &str) -> Vec<serde_json::Value> {
+    sh(&format!(
+        "dd if=/dev/zero of={dev} bs=64k count=50 oflag=direct status=none"
+    ));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect()
+}
 
 #[test]
 fn a_missing_device_is_one_clear_line() {
@@ -49,36 +79,17 @@ fn non_root_is_told_to_be_root() {
 fn json_stream_has_one_object_per_device_per_interval() {
     let a = LoopDev::new(16);
     let b = LoopDev::new(16);
-    let mut child = Command::new(pathpilot_bin())
-        .args([
-            "stat",
-            &a.path,
-            b.name(),
-            "--json",
-            "--interval",
-            "1s",
-            "--count",
-            "3",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The observer says when it is attached: I/O before that is not seen.
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("observing"), "{line}");
-    sh(&format!(
-        "dd if=/dev/zero of={} bs=64k count=50 oflag=direct status=none",
-        a.path
-    ));
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let objs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
-        .collect();
+    let (child, _err) = stat_observing(&[
+        "stat",
+        &a.path,
+        b.name(),
+        "--json",
+        "--interval",
+        "1s",
+        "--count",
+        "3",
+    ]);
+    let objs = json_after_writes(child, &a.path);
     assert_eq!(objs.len(), 6, "2 devices x 3 intervals");
     for o in &objs {
         for k in [
@@ -115,23 +126,43 @@ fn json_stream_has_one_object_per_device_per_interval() {
 }
 
 #[test]
-fn ctrl_c_detaches_everything() {
+fn without_the_bio_probe_bios_still_add_up() {
     let lo = LoopDev::new(16);
-    let mut child = Command::new(pathpilot_bin())
-        .args(["stat", &lo.path])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("observing"), "{line}");
+    let (child, _err) = stat_observing(&[
+        "stat",
+        &lo.path,
+        "--no-bio-probe",
+        "--json",
+        "--interval",
+        "1s",
+        "--count",
+        "2",
+    ]);
     let ours = program_ids_of(child.id());
     assert_eq!(
         ours.len(),
         pathpilot::observer::TRACEPOINTS.len() + pathpilot::observer::BTF_TRACEPOINTS.len(),
-        "one program per tracepoint while stat runs: {ours:?}"
+        "no program on block_bio_queue: {ours:?}"
+    );
+    let objs = json_after_writes(child, &lo.path);
+    let sum = |k: &str| objs.iter().map(|o| o[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(
+        (sum("bios"), sum("bio_bytes")),
+        (50, 50 * 65536),
+        "{objs:?}"
+    );
+    assert_eq!((sum("splits"), sum("sequential_bios")), (0, 0), "{objs:?}");
+}
+
+#[test]
+fn ctrl_c_detaches_everything() {
+    let lo = LoopDev::new(16);
+    let (mut child, _err) = stat_observing(&["stat", &lo.path]);
+    let ours = program_ids_of(child.id());
+    assert_eq!(
+        ours.len(),
+        pathpilot::observer::TRACEPOINTS.len() + 1 + pathpilot::observer::BTF_TRACEPOINTS.len(),
+        "one program per tracepoint, the bio probe's too, while stat runs: {ours:?}"
     );
     unsafe { libc_kill(child.id() as i32, 2) };
     let t = Instant::now();

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use super::{parse_duration, signals};
 use crate::{
     blockdev::{BlockDev, DevNum, display_name},
-    observer::{DeviceInterval, MapInterval, Observer, Scope, path_to_map},
+    observer::{Access, Bios, DeviceInterval, MapInterval, Observer, Scope, path_to_map},
 };
 
 #[derive(clap::Args, Debug)]
@@ -27,6 +27,11 @@ pub struct Args {
     /// One JSON object per device per interval (schema in the README).
     #[arg(long)]
     pub json: bool,
+    /// No probe on every bio (block_bio_queue): about a fifth less eBPF
+    /// time per I/O. Bios are then counted from the requests, merges and
+    /// splits, with no bio order (sequential_bios, random_bios are 0).
+    #[arg(long)]
+    pub no_bio_probe: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -43,7 +48,13 @@ pub fn run(args: Args) -> Result<()> {
         Scope::WatchList
     };
     signals::install();
-    let mut obs = Observer::load(scope).context("cannot start the observer")?;
+    let bios = if args.no_bio_probe {
+        Bios::FromRequests
+    } else {
+        Bios::Probed
+    };
+    let mut obs =
+        Observer::load_with(scope, Access::Auto, bios).context("cannot start the observer")?;
     for d in &devices {
         obs.watch(d.dev)?;
     }

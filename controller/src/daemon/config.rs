@@ -26,6 +26,11 @@ pub struct Config {
     pub read_group: Option<String>,
     /// Address of the Prometheus endpoint, or "off".
     pub metrics: String,
+    /// A probe on every bio submitted to a map (block_bio_queue): each
+    /// cgroup's bytes, and the bio order the tuner classifies by. Off,
+    /// about a fifth less eBPF time per I/O: bio sizes and counts come
+    /// from the requests, merges and splits, the order from the requests.
+    pub bio_probe: bool,
     pub maps: MapsConfig,
     pub checker: CheckerConfig,
     pub tuner: TunerConfig,
@@ -103,6 +108,7 @@ impl Default for Config {
             socket: "/run/pathpilot/control.sock".into(),
             read_group: None,
             metrics: "127.0.0.1:9777".into(),
+            bio_probe: true,
             maps: MapsConfig::default(),
             checker: CheckerConfig::default(),
             tuner: TunerConfig::default(),
@@ -473,6 +479,13 @@ pub const KEYS: &[KeyDoc] = &[
         default: |c| Some(toml_str(&c.metrics)),
         example: None,
         doc: "Prometheus endpoint address, or \"off\"",
+    },
+    KeyDoc {
+        section: "",
+        key: "bio_probe",
+        default: |c| Some(c.bio_probe.to_string()),
+        example: None,
+        doc: "per-bio probe: cgroup bytes, bio order (false: a fifth less eBPF per I/O)",
     },
     KeyDoc {
         section: "maps",

@@ -8,7 +8,7 @@ use pathpilot_common::{
 };
 use serde::Serialize;
 
-use super::{DeviceCounters, Snapshot, hist};
+use super::{Bios, DeviceCounters, Snapshot, hist};
 use crate::blockdev::DevNum;
 
 /// One device over one interval. Field names are the `--json` schema.
@@ -37,9 +37,15 @@ pub struct DeviceInterval {
     pub merges: u64,
     /// Share of submitted bios that were merged into another request.
     pub merge_pct: f64,
+    /// Bios submitted: counted by a probe on each, or (`stat
+    /// --no-bio-probe`, the daemon's `bio_probe = false`) as the requests
+    /// made plus the bios merged into them less the splits.
     pub bios: u64,
-    /// Bytes of those bios: what the workload asked for.
+    /// Bytes of those bios: what the workload asked for (without the bio
+    /// probe, those of the data requests completed).
     pub bio_bytes: u64,
+    /// Bios split at the device's limits (max_sectors_kb, segments).
+    pub splits: u64,
     /// Mean size of data requests (read, write, discard), in bytes.
     pub avg_request_bytes: f64,
     /// Data requests by size: bucket lower bound in bytes -> count.
@@ -67,7 +73,8 @@ pub struct DeviceInterval {
     pub sequential_ios: u64,
     pub random_ios: u64,
     /// Bios submitted where the previous bio ended, and the others (before
-    /// merging and splitting; the workload's own pattern).
+    /// merging and splitting; the workload's own pattern). Both 0 without
+    /// the bio probe.
     pub sequential_bios: u64,
     pub random_bios: u64,
     pub errors: u64,
@@ -179,7 +186,13 @@ impl DeviceInterval {
         let data_bytes = bytes(DIR_READ) + bytes(DIR_WRITE) + bytes(DIR_DISCARD);
         let bio_merges =
             d(cs.bio_backmerges, ps.bio_backmerges) + d(cs.bio_frontmerges, ps.bio_frontmerges);
-        let bios = d(cs.bios, ps.bios);
+        let splits = d(cs.splits, ps.splits);
+        // Each bio submitted became a request or merged into one, less one
+        // per split (which makes a bio two).
+        let (bios, bio_bytes) = match cur.bios {
+            Bios::Probed => (d(cs.bios, ps.bios), d(cs.bio_bytes, ps.bio_bytes)),
+            Bios::FromRequests => ((data_ios + bio_merges).saturating_sub(splits), data_bytes),
+        };
         let size = hist::delta(&cs.size_hist, &ps.size_hist);
         let lat = hist::delta(&cs.lat_hist, &ps.lat_hist);
         let lat_samples = hist::total(&lat);
@@ -213,7 +226,8 @@ impl DeviceInterval {
                 0.0
             },
             bios,
-            bio_bytes: d(cs.bio_bytes, ps.bio_bytes),
+            bio_bytes,
+            splits,
             avg_request_bytes: if data_ios > 0 {
                 round(data_bytes as f64 / data_ios as f64, 1)
             } else {
@@ -360,6 +374,7 @@ mod tests {
             )]
             .into(),
             cgroups: Default::default(),
+            bios: Bios::Probed,
             io_ticks_ms: [(dev, 1000)].into(),
         }
     }
@@ -423,6 +438,30 @@ mod tests {
     }
 
     #[test]
+    fn without_the_bio_probe_bios_are_the_requests_and_merges_less_the_splits() {
+        let dev = DevNum::new(7, 0);
+        let t0 = Instant::now();
+        let a = DevStats::ZERO;
+        // 10 bios of 1 MiB, each split into 8 requests of 128 KiB, then 4
+        // of 4 KiB merged into a fifth: 80 + 1 requests, 3 merges, 70 splits.
+        let mut b = done(DIR_WRITE, 81, 17, 20);
+        b.bytes[DIR_WRITE] = (10 << 20) + 4 * 4096;
+        b.bio_backmerges = 3;
+        b.splits = 70;
+        let mut p = snap(t0, dev, a, 0);
+        let mut c = snap(t0 + Duration::from_secs(1), dev, b, 1);
+        (p.bios, c.bios) = (Bios::FromRequests, Bios::FromRequests);
+        let i = DeviceInterval::between(dev, "loop0", None, &p, &c).unwrap();
+        assert_eq!((i.bios, i.splits), (14, 70));
+        assert_eq!(i.bio_bytes, (10 << 20) + 4 * 4096);
+        assert_eq!((i.sequential_bios, i.random_bios), (0, 0));
+        // Probed, the probe's own counts stand.
+        (p.bios, c.bios) = (Bios::Probed, Bios::Probed);
+        let i = DeviceInterval::between(dev, "loop0", None, &p, &c).unwrap();
+        assert_eq!((i.bios, i.bio_bytes, i.splits), (0, 0, 70));
+    }
+
+    #[test]
     fn a_quiet_interval_is_what_counting_it_gives() {
         let dev = DevNum::new(8, 16);
         let t0 = Instant::now();
@@ -460,6 +499,7 @@ mod tests {
             taken: t0,
             devices: Default::default(),
             cgroups: Default::default(),
+            bios: Bios::Probed,
             io_ticks_ms: Default::default(),
         };
         let c = snap(t0 + Duration::from_secs(1), dev, s, 1);

@@ -117,6 +117,7 @@ fn fixed_fields(
         ("block_bio_queue", "nr_sector", 4, REC_NR_SECTOR),
         ("block_bio_backmerge", "dev", 4, REC_DEV),
         ("block_bio_frontmerge", "dev", 4, REC_DEV),
+        ("block_split", "dev", 4, REC_DEV),
     ] {
         let off = field(root, event, name, size, cache)?;
         if off as usize != at {
@@ -238,6 +239,7 @@ print fmt: \"%d,%d\"
             "block_bio_queue",
             "block_bio_backmerge",
             "block_bio_frontmerge",
+            "block_split",
         ] {
             write(event, REQUEUE);
         }

@@ -67,6 +67,10 @@ pub struct DevStats {
     pub rq_merges: u64,
     pub bio_backmerges: u64,
     pub bio_frontmerges: u64,
+    /// Bios split at the device's limits (block_split): each split makes
+    /// one bio two, so the bios submitted are the requests made plus the
+    /// bios merged into them less the splits, with no per-bio probe.
+    pub splits: u64,
     /// Bios submitted to the device (block_bio_queue), and their bytes.
     pub bios: u64,
     pub bio_bytes: u64,
@@ -104,6 +108,7 @@ impl DevStats {
         rq_merges: 0,
         bio_backmerges: 0,
         bio_frontmerges: 0,
+        splits: 0,
         bios: 0,
         bio_bytes: 0,
         sequential: 0,

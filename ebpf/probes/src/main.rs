@@ -7,9 +7,9 @@
 //! what they need from it in place (offsets from the kernel's BTF, in
 //! LAYOUT), find its device through its queue's disk, and
 //! time a request from the kernel's own stamps, so no table of requests in
-//! flight is kept. Bios and merges come from classic tracepoints, whose
-//! fields are loaded from the record in place; a dm clone is known by its
-//! flags, at no cost of its own.
+//! flight is kept. Bios, merges and splits come from classic tracepoints,
+//! whose fields are loaded from the record in place; a dm clone is known by
+//! its flags, at no cost of its own.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
@@ -390,6 +390,15 @@ pub fn block_bio_frontmerge(ctx: TracePointContext) -> u32 {
     0
 }
 
+#[tracepoint]
+pub fn block_split(ctx: TracePointContext) -> u32 {
+    count(&ctx, |s| s.splits += 1);
+    0
+}
+
+/// Attached only where per-bio figures are asked for (cgroup bytes, the
+/// workload's own bio order): a program run on every bio, whose absence
+/// takes about a fifth off the observer's time per I/O.
 #[tracepoint]
 pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
     let _ = try_bio_queue(&ctx);

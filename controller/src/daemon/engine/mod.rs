@@ -45,7 +45,7 @@ use crate::{
     dm::{self, Dm, Message, multipathd},
     lock::{Locks, MapLock},
     mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
-    observer::{DeviceInterval, Observer, Scope, Snapshot},
+    observer::{Access, Bios, DeviceInterval, Observer, Scope, Snapshot},
     sysfs_attr::KeptFiles,
     sysfs_knobs::KnobFiles,
     tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
@@ -346,7 +346,13 @@ impl Engine {
         // checker's timeout a path is hung by the daemon's own measure, and
         // waiting on would freeze the map and this thread with it.
         dm.set_suspend_limit(Duration::from_secs_f64(cfg.checker.timeout_secs));
-        let obs = Observer::load(Scope::WatchList).context("cannot start the observer")?;
+        let bios = if cfg.bio_probe {
+            Bios::Probed
+        } else {
+            Bios::FromRequests
+        };
+        let obs = Observer::load_with(Scope::WatchList, Access::Auto, bios)
+            .context("cannot start the observer")?;
         let checkers = Checkers::new(
             cfg.checker_interval(),
             cfg.checker_max_interval(),
@@ -679,6 +685,9 @@ impl Engine {
             Ok(c) => {
                 if c.socket != self.cfg.socket || c.metrics != self.cfg.metrics {
                     say!("SIGHUP: socket and metrics addresses change only on restart");
+                }
+                if c.bio_probe != self.cfg.bio_probe {
+                    say!("SIGHUP: bio_probe changes only on restart");
                 }
                 self.checkers.set_timing(
                     c.checker_interval(),

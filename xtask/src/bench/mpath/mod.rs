@@ -894,9 +894,14 @@ flap_hold_secs = 6
 
     /// Starts `pathpilot daemon` with the bench config in `mode`.
     pub fn start_daemon(&self, mode: &str) -> Result<()> {
+        self.start_daemon_with(mode, "")
+    }
+
+    /// [`Self::start_daemon`] with `extra` top-level keys in its config.
+    pub fn start_daemon_with(&self, mode: &str, extra: &str) -> Result<()> {
         let cfg = self
             .daemon_cfg
-            .replace("mode = \"tune\"", &format!("mode = \"{mode}\""));
+            .replace("mode = \"tune\"", &format!("{extra}mode = \"{mode}\""));
         self.tb.sh(&format!(
             "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/bench.toml <<'EOF'\n{cfg}EOF\n\
              (pathpilot daemon --config /etc/pathpilot/bench.toml > /tmp/daemon.log 2>&1 &)"

@@ -450,9 +450,10 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     rig.measure_secs(&rig.dm, fio, 2)?;
     let mut r = Report::new("overhead", Link::Throttle, 0.0);
     r.notes.push(format!(
-        "4 KiB random reads at QD16 on the map; {first} alternated pairs per case, more (up to \
-         {most}) while the 95% interval of the mean loss straddles the target; medians; the daemon's CPU share is of \
-         the one guest CPU during the run"
+        "4 KiB random reads at QD16 on the map; {first} rounds per case of three runs in \
+         rotated order (no daemon, the daemon in observe mode, the same with bio_probe = false), \
+         more (up to {most}) while the 95% interval of either mean loss straddles the target; \
+         medians; the daemon's CPU share is of the one guest CPU during the run"
     ));
     // The uncapped case first: its IOPS set the capped case's budget.
     let mut cpu_bound_iops = 0.0f64;
@@ -467,32 +468,37 @@ pub fn overhead(o: &Opts) -> Result<Report> {
         } else {
             "uncapped (CPU)".to_string()
         };
-        let (mut off, mut on, mut cpu) = (vec![], vec![], vec![]);
-        let loss = loop {
-            let (a, b, c) = attached_and_detached(&rig, fio, off.len() % 2 == 1)?;
-            off.push(a);
-            on.push(b);
-            cpu.push(c);
+        // Detached, and the daemon with and without its per-bio probe,
+        // in an order rotated from one round to the next.
+        let (mut off, mut on, mut lean) = (vec![], vec![], vec![]);
+        let (mut cpu, mut lean_cpu) = (vec![], vec![]);
+        let mib = |v: &[Point]| v.iter().map(|p| p.mib_s).collect::<Vec<_>>();
+        let (loss, lean_loss) = loop {
+            let m = detached_and_attached(&rig, fio, off.len())?;
+            off.push(m.detached);
+            on.push(m.observer.0);
+            cpu.push(m.observer.1);
+            lean.push(m.lean.0);
+            lean_cpu.push(m.lean.1);
             if off.len() < first {
                 continue;
             }
-            let mib = |v: &[Point]| v.iter().map(|p| p.mib_s).collect::<Vec<_>>();
             let l = Loss::of(&mib(&off), &mib(&on));
-            if l.within(TARGET).is_some() || off.len() >= most {
-                break l;
+            let ll = Loss::of(&mib(&off), &mib(&lean));
+            let straddles = l.within(TARGET).is_none() || ll.within(TARGET).is_none();
+            if !straddles || off.len() >= most {
+                break (l, ll);
             }
             eprintln!(
-                "bench: overhead / {case}: loss {:.1}% +- {:.1} after {} pairs straddles \
-                 {TARGET}%: one more",
-                l.mean, l.half_width, l.pairs
+                "bench: overhead / {case}: loss {:.1}% +- {:.1} ({:.1}% +- {:.1} without the bio \
+                 probe) after {} rounds straddles {TARGET}%: one more",
+                l.mean, l.half_width, ll.mean, ll.half_width, l.pairs
             );
         };
         let a = Point::median_of(&off);
-        let b = Point::median_of(&on);
         if !capped {
             cpu_bound_iops = a.iops;
         }
-        let cpu_med = super::median(&mut cpu);
         let runs = |v: &[Point]| {
             json!(
                 v.iter()
@@ -505,76 +511,107 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                 .with("setting", json!("no daemon"))
                 .with("runs", runs(&off)),
         );
-        r.rows.push(
-            Row::new(&case, "observer", b)
-                .with(
-                    "setting",
-                    json!(format!(
-                        "pathpilot daemon --mode observe, cpu {cpu_med:.1}%"
-                    )),
-                )
-                .with("daemon_cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
-                .with(
-                    "throughput_lost_pct",
-                    json!((loss.mean * 10.0).round() / 10.0),
-                )
-                .with(
-                    "throughput_lost_ci95_half_width",
-                    json!((loss.half_width * 10.0).round() / 10.0),
-                )
-                .with("runs", runs(&on)),
-        );
         let what = if capped {
             "storage the limit (seed 002's case)"
         } else {
             "guest CPU the limit (the per-I/O cost in full)"
         };
-        let what = format!(
-            "{what}: observer costs <= {TARGET}% throughput: {:.1}% +- {:.1} (95%, {} pairs; \
-             daemon CPU {cpu_med:.1}%)",
-            loss.mean, loss.half_width, loss.pairs
-        );
-        match loss.within(TARGET) {
-            Some(met) => r.verdict(what, met),
-            None => r.inconclusive(what),
+        for (config, said, points, loss, cpu, how) in [
+            ("observer", "observer", &on, loss, &mut cpu, ""),
+            (
+                "no bio probe",
+                "observer without the bio probe",
+                &lean,
+                lean_loss,
+                &mut lean_cpu,
+                ", bio_probe = false",
+            ),
+        ] {
+            let cpu_med = super::median(cpu);
+            r.rows.push(
+                Row::new(&case, config, Point::median_of(points))
+                    .with(
+                        "setting",
+                        json!(format!(
+                            "pathpilot daemon --mode observe{how}, cpu {cpu_med:.1}%"
+                        )),
+                    )
+                    .with("daemon_cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
+                    .with(
+                        "throughput_lost_pct",
+                        json!((loss.mean * 10.0).round() / 10.0),
+                    )
+                    .with(
+                        "throughput_lost_ci95_half_width",
+                        json!((loss.half_width * 10.0).round() / 10.0),
+                    )
+                    .with("runs", runs(points)),
+            );
+            let what = format!(
+                "{what}: {said} costs <= {TARGET}% throughput: {:.1}% +- {:.1} (95%, {} pairs; \
+                 daemon CPU {cpu_med:.1}%)",
+                loss.mean, loss.half_width, loss.pairs
+            );
+            match loss.within(TARGET) {
+                Some(met) => r.verdict(what, met),
+                None => r.inconclusive(what),
+            }
         }
     }
     tb.power_off()?;
     Ok(r)
 }
 
-/// One pair of fio runs on the map, without and with the daemon in
-/// observe mode (in that order, or the other); returns (detached,
-/// attached, the daemon's CPU % during its run).
-fn attached_and_detached(
-    rig: &Rig,
-    fio: &str,
-    attached_first: bool,
-) -> Result<(Point, Point, f64)> {
-    let (mut off, mut on, mut cpu) = (None, None, 0.0);
-    for attached in [attached_first, !attached_first] {
-        if attached {
-            rig.start_daemon("observe")?;
-            // Let it attach its probes and run a window.
-            std::thread::sleep(Duration::from_secs(2));
-            let pid = rig.daemon_pid()?.to_string();
-            let t0 = rig.tb.proc_figures(&pid)?.ticks;
-            let t = Instant::now();
-            let p = rig.measure(&rig.dm, fio)?;
-            let el = t.elapsed().as_secs_f64();
-            let t1 = rig.tb.proc_figures(&pid)?.ticks;
-            // A tick is 10 ms: ticks per second are percent of a core.
-            cpu = t1.saturating_sub(t0) as f64 / el;
-            eprintln!("bench: overhead / observer: {:.1} MiB/s", p.mib_s);
-            on = Some(p);
-            rig.stop_daemon()?;
-        } else {
+/// One round of fio runs on the map: without the daemon, and with it in
+/// observe mode with and without its per-bio probe; MiB/s and the daemon's
+/// CPU % during its run.
+struct Round {
+    detached: Point,
+    observer: (Point, f64),
+    lean: (Point, f64),
+}
+
+/// A [`Round`], in an order rotated by `round`, so that each
+/// configuration runs first, second and third alike.
+fn detached_and_attached(rig: &Rig, fio: &str, round: usize) -> Result<Round> {
+    let mut order = [None, Some(""), Some("bio_probe = false\n")];
+    order.rotate_left(round % 3);
+    let (mut off, mut on, mut lean) = (None, None, None);
+    for extra in order {
+        let Some(extra) = extra else {
             let p = rig.measure(&rig.dm, fio)?;
             eprintln!("bench: overhead / detached: {:.1} MiB/s", p.mib_s);
             off = Some(p);
+            continue;
+        };
+        rig.start_daemon_with("observe", extra)?;
+        // Let it attach its probes and run a window.
+        std::thread::sleep(Duration::from_secs(2));
+        let pid = rig.daemon_pid()?.to_string();
+        let t0 = rig.tb.proc_figures(&pid)?.ticks;
+        let t = Instant::now();
+        let p = rig.measure(&rig.dm, fio)?;
+        let el = t.elapsed().as_secs_f64();
+        let t1 = rig.tb.proc_figures(&pid)?.ticks;
+        rig.stop_daemon()?;
+        // A tick is 10 ms: ticks per second are percent of a core.
+        let cpu = t1.saturating_sub(t0) as f64 / el;
+        if extra.is_empty() {
+            eprintln!("bench: overhead / observer: {:.1} MiB/s", p.mib_s);
+            on = Some((p, cpu));
+        } else {
+            eprintln!(
+                "bench: overhead / observer, no bio probe: {:.1} MiB/s",
+                p.mib_s
+            );
+            lean = Some((p, cpu));
         }
     }
-    Ok((off.expect("measured"), on.expect("measured"), cpu))
+    Ok(Round {
+        detached: off.expect("measured"),
+        observer: on.expect("measured"),
+        lean: lean.expect("measured"),
+    })
 }
 
 /// Seed 000's table: request size x repeat count, written and read back,
