@@ -48,11 +48,7 @@ pub fn run(args: Args) -> Result<()> {
         Scope::WatchList
     };
     signals::install();
-    let bios = if args.no_bio_probe {
-        Bios::FromRequests
-    } else {
-        Bios::Probed
-    };
+    let bios = Bios::probed(!args.no_bio_probe);
     let mut obs =
         Observer::load_with(scope, Access::Auto, bios).context("cannot start the observer")?;
     for d in &devices {

@@ -75,6 +75,13 @@ pub enum Bios {
     FromRequests,
 }
 
+impl Bios {
+    /// With the per-bio probe or without it.
+    pub fn probed(on: bool) -> Self {
+        if on { Bios::Probed } else { Bios::FromRequests }
+    }
+}
+
 /// The BTF-enabled tracepoints: the request's own issue, requeue and
 /// completion.
 pub const BTF_TRACEPOINTS: [&str; 3] = ["block_rq_issue", "block_rq_requeue", "block_rq_complete"];

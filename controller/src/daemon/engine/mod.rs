@@ -346,11 +346,7 @@ impl Engine {
         // checker's timeout a path is hung by the daemon's own measure, and
         // waiting on would freeze the map and this thread with it.
         dm.set_suspend_limit(Duration::from_secs_f64(cfg.checker.timeout_secs));
-        let bios = if cfg.bio_probe {
-            Bios::Probed
-        } else {
-            Bios::FromRequests
-        };
+        let bios = Bios::probed(cfg.bio_probe);
         let obs = Observer::load_with(Scope::WatchList, Access::Auto, bios)
             .context("cannot start the observer")?;
         let checkers = Checkers::new(
