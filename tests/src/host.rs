@@ -89,17 +89,34 @@ pub fn pathpilot_bin() -> PathBuf {
     bin
 }
 
-/// The kernel program ids currently loaded, from bpftool.
-pub fn loaded_program_ids() -> Vec<u32> {
+/// The kernel programs currently loaded, (id, name), from bpftool.
+fn loaded_programs() -> Vec<(u32, String)> {
     let out = sh("bpftool -j prog show");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
     v.as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|p| p["id"].as_u64().map(|i| i as u32))
+                .filter_map(|p| {
+                    let id = p["id"].as_u64()? as u32;
+                    Some((id, p["name"].as_str().unwrap_or_default().to_string()))
+                })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The kernel program ids currently loaded.
+pub fn loaded_program_ids() -> Vec<u32> {
+    loaded_programs().into_iter().map(|(id, _)| id).collect()
+}
+
+/// The kernel's names of the loaded programs among `ids`.
+pub fn program_names(ids: &[u32]) -> Vec<String> {
+    loaded_programs()
+        .into_iter()
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, name)| name)
+        .collect()
 }
 
 /// Ids of the eBPF programs a process holds open, from its fdinfo.

@@ -4,7 +4,7 @@ use pathpilot::{
     blockdev::{self, BlockDev},
     observer::{Access, Bios, DeviceInterval, Observer, Scope},
 };
-use pathpilot_tests::host::{LoopDev, sh};
+use pathpilot_tests::host::{LoopDev, program_names, sh};
 
 /// Watches `lo`, runs `io`, and returns the device's figures for exactly
 /// that span.
@@ -255,18 +255,6 @@ fn unwatched_devices_record_nothing() {
     assert!(obs.watched().is_empty());
 }
 
-/// The kernel's names of an observer's programs.
-fn program_names(obs: &Observer) -> Vec<String> {
-    obs.program_ids()
-        .iter()
-        .map(|id| {
-            let out = sh(&format!("bpftool -j prog show id {id}"));
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
-            v["name"].as_str().unwrap_or_default().to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn without_the_bio_probe_bios_are_counted_from_requests_merges_and_splits() {
     let lo = LoopDev::new(64);
@@ -274,8 +262,8 @@ fn without_the_bio_probe_bios_are_counted_from_requests_merges_and_splits() {
     // Both at once on the same I/O: one probing every bio, one not.
     let mut probed = Observer::load_with(Scope::WatchList, Access::Auto, Bios::Probed).unwrap();
     let mut lean = Observer::load_with(Scope::WatchList, Access::Auto, Bios::FromRequests).unwrap();
-    assert!(program_names(&probed).contains(&"block_bio_queue".to_string()));
-    let names = program_names(&lean);
+    assert!(program_names(probed.program_ids()).contains(&"block_bio_queue".to_string()));
+    let names = program_names(lean.program_ids());
     assert!(!names.contains(&"block_bio_queue".to_string()), "{names:?}");
     assert!(names.contains(&"block_split".to_string()), "{names:?}");
     probed.watch(dev.dev).unwrap();
