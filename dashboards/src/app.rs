@@ -108,6 +108,7 @@ impl Ui {
                 .cloned()
                 .collect(),
             maps,
+            cgroups_not_counted: m.cgroups_not_counted,
         }
     }
 

@@ -14,6 +14,10 @@ pub struct Model {
     pub hidden_maps: usize,
     /// Newest last.
     pub decisions: Vec<DecisionView>,
+    /// The source counts no bytes per cgroup (a daemon with `bio_probe =
+    /// false`): the cgroups pane says so, rather than showing none.
+    #[serde(default)]
+    pub cgroups_not_counted: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -64,7 +64,7 @@ fn draw_shown(f: &mut Frame, m: &Model, ui: &Ui) {
         let path = map
             .filter(|_| ui.pane == Pane::Paths)
             .and_then(|x| x.paths.get(ui.path));
-        draw_middle(f, middle, map, path);
+        draw_middle(f, middle, map, path, !m.cgroups_not_counted);
     }
     draw_decisions(f, decisions, m, ui);
     draw_footer(f, footer, ui);
@@ -301,7 +301,13 @@ fn draw_paths(f: &mut Frame, area: Rect, map: Option<&MapView>, ui: &Ui) {
 /// Throughput sparklines per path; on wide screens also the map's size and
 /// latency histograms (the selected path's latency by request size when
 /// the paths pane has the focus) and cgroup shares.
-fn draw_middle(f: &mut Frame, area: Rect, map: Option<&MapView>, path: Option<&PathView>) {
+fn draw_middle(
+    f: &mut Frame,
+    area: Rect,
+    map: Option<&MapView>,
+    path: Option<&PathView>,
+    cgroups_counted: bool,
+) {
     let Some(map) = map else {
         return;
     };
@@ -326,7 +332,9 @@ fn draw_middle(f: &mut Frame, area: Rect, map: Option<&MapView>, path: Option<&P
             draw_hist(f, sizes, " request size ", &map.size_hist, size_label);
             draw_hist(f, lats, " latency ", &map.lat_hist, lat_label);
         }
-        let lines: Vec<Line> = if map.cgroups.is_empty() {
+        let lines: Vec<Line> = if !cgroups_counted {
+            vec![Line::from("not counted"), Line::from("(bio_probe = false)")]
+        } else if map.cgroups.is_empty() {
             vec![Line::from("-")]
         } else {
             map.cgroups

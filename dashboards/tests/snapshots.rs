@@ -102,6 +102,7 @@ fn model() -> Model {
             },
         ],
         hidden_maps: 0,
+        cgroups_not_counted: false,
     }
 }
 
@@ -141,6 +142,7 @@ fn san() -> Model {
             outcome: "kept".into(),
         }],
         hidden_maps: 0,
+        cgroups_not_counted: false,
     }
 }
 
@@ -271,6 +273,20 @@ fn large_terminal() {
         assert!(s.contains(w), "{w} missing:\n{s}");
     }
     check("160x50", &s);
+}
+
+#[test]
+fn cgroups_not_counted_are_said_so_not_shown_as_none() {
+    let mut m = model();
+    m.maps[0].cgroups.clear();
+    let s = render_text(&m, &Ui::default(), 160, 50);
+    assert!(!s.contains("not counted"), "{s}");
+    m.cgroups_not_counted = true;
+    let s = render_text(&m, &Ui::default(), 160, 50);
+    assert!(
+        s.contains("not counted") && s.contains("(bio_probe = false)"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -568,3 +568,73 @@ fn a_stalled_device_is_silent_from_its_stalled_request() {
     drop(stalled);
     drop(mounted);
 }
+
+/// Sets `kernel.bpf_stats_enabled` for its lifetime, then puts back what
+/// was there.
+struct BpfStats(String);
+
+impl BpfStats {
+    const PATH: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    fn on() -> Self {
+        let was = std::fs::read_to_string(Self::PATH).unwrap();
+        std::fs::write(Self::PATH, "1").unwrap();
+        BpfStats(was)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, self.0.trim());
+    }
+}
+
+/// What observing costs, as the kernel accounts it: every program by
+/// name, its runs counted while the accounting is on, and not before.
+#[test]
+fn each_program_reports_its_runs_and_their_time() {
+    let lo = LoopDev::new(16);
+    let dev = BlockDev::resolve(&lo.path).unwrap();
+    let dd = format!(
+        "dd if=/dev/zero of={} bs=4k count=200 oflag=direct status=none",
+        lo.path
+    );
+    let mut obs = Observer::load_with(Scope::WatchList, Access::Auto, Bios::FromRequests).unwrap();
+    obs.watch(dev.dev).unwrap();
+    let names: Vec<String> = obs.program_costs().into_iter().map(|c| c.program).collect();
+    // The same programs bpftool lists for the observer (names sorted).
+    let mut loaded = program_names(obs.program_ids());
+    loaded.sort();
+    assert_eq!(names, loaded);
+    assert!(names.contains(&"block_rq_issue".to_string()), "{names:?}");
+    assert!(!names.contains(&"block_bio_queue".to_string()), "{names:?}");
+    let cost = |obs: &Observer, p: &str| {
+        obs.program_costs()
+            .into_iter()
+            .find(|c| c.program == p)
+            .unwrap_or_else(|| panic!("{p} missing"))
+    };
+    let stats = BpfStats::on();
+    assert_eq!(pathpilot::observer::bpf_stats_enabled(), Some(true));
+    let (issue0, done0) = (
+        cost(&obs, "block_rq_issue"),
+        cost(&obs, "block_rq_complete"),
+    );
+    sh(&dd);
+    let (issue1, done1) = (
+        cost(&obs, "block_rq_issue"),
+        cost(&obs, "block_rq_complete"),
+    );
+    // Every request of the 200 ran both (the programs run for every
+    // device on the host: at least these).
+    assert!(issue1.runs - issue0.runs >= 200, "{issue0:?} -> {issue1:?}");
+    assert!(done1.runs - done0.runs >= 200, "{done0:?} -> {done1:?}");
+    assert!(issue1.run_ns > issue0.run_ns && done1.run_ns > done0.run_ns);
+    drop(stats);
+    // With the accounting off (as it was), the figures stand still
+    // whatever runs.
+    if pathpilot::observer::bpf_stats_enabled() == Some(false) {
+        sh(&dd);
+        assert_eq!(cost(&obs, "block_rq_issue").runs, issue1.runs);
+    }
+}

@@ -264,5 +264,44 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         let name = p["name"].as_str().unwrap();
         assert!(top.contains(name), "path {name} of {last} missing:\n{top}");
     }
+
+    // What observing costs, in the status: each program's runs while the
+    // kernel accounts them (off until now: the figures above are without).
+    let runs = |s: &serde_json::Value, p: &str| -> Option<u64> {
+        s["bpf_programs"]
+            .as_array()?
+            .iter()
+            .find(|x| x["program"] == p)?["runs"]
+            .as_u64()
+    };
+    ensure!(s["bpf_stats"] == false, "bpf_stats: {}", s["bpf_stats"]);
+    for p in ["block_rq_issue", "block_rq_complete", "block_bio_queue"] {
+        ensure!(runs(&s, p).is_some(), "{p} not in {}", s["bpf_programs"]);
+    }
+    // The status is the last window's: it says the accounting is on from
+    // the next window, and has the runs counted by the one after the I/O.
+    tb.sh("echo 1 > /proc/sys/kernel/bpf_stats_enabled")?;
+    let mut before = s.clone();
+    poll(
+        &tb,
+        "the status to say bpf_stats",
+        Duration::from_secs(10),
+        |tb| {
+            before = daemon_status(tb)?;
+            Ok(before["bpf_stats"] == true)
+        },
+    )?;
+    let from = runs(&before, "block_rq_issue").unwrap();
+    tb.sh(&format!(
+        "dd if=/dev/mapper/{last} of=/dev/null bs=4k count=100 iflag=direct status=none"
+    ))?;
+    // 100 reads, each issued at the map and again down a path.
+    let mut issued = 0;
+    let counted = poll(&tb, "200 issues counted", Duration::from_secs(10), |tb| {
+        issued = runs(&daemon_status(tb)?, "block_rq_issue").unwrap() - from;
+        Ok(issued >= 200)
+    });
+    tb.sh("echo 0 > /proc/sys/kernel/bpf_stats_enabled")?;
+    counted.map_err(|e| e.context(format!("block_rq_issue ran {issued} times for 100 reads")))?;
     Ok(())
 }

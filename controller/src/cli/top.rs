@@ -218,6 +218,7 @@ impl term::Source for ObserverSource {
             maps,
             hidden_maps: 0,
             decisions: vec![],
+            cgroups_not_counted: false,
         })
     }
 

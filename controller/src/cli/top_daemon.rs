@@ -81,6 +81,7 @@ impl DaemonSource {
             maps,
             hidden_maps: 0,
             decisions: s.decisions.iter().map(decision_view).collect(),
+            cgroups_not_counted: !s.bio_probe,
         }
     }
 
@@ -308,6 +309,20 @@ mod tests {
         assert_eq!(d.time.len(), 8);
         assert_eq!(m.decisions[0].knob, "-");
         assert_eq!(m.decisions[0].change, "");
+    }
+
+    #[test]
+    fn a_daemon_without_the_bio_probe_shows_cgroups_as_not_counted() {
+        let mut src = DaemonSource::new("/nonexistent".into(), Duration::from_secs(1));
+        assert!(!src.model(&view()).cgroups_not_counted);
+        let mut s = view();
+        s.bio_probe = false;
+        assert!(src.model(&s).cgroups_not_counted);
+        // An older daemon's status has no such field: it always probed.
+        let mut v = serde_json::to_value(example_status()).unwrap();
+        v.as_object_mut().unwrap().remove("bio_probe");
+        let old: StatusView = serde_json::from_value(v).unwrap();
+        assert!(!src.model(&old).cgroups_not_counted);
     }
 
     #[test]

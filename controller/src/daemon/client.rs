@@ -188,6 +188,13 @@ pub struct StatusView {
     pub maps: Vec<MapState>,
     #[serde(default)]
     pub decisions: Vec<LogEntry>,
+    /// Absent from an older daemon's status, which always probed bios.
+    #[serde(default = "probed")]
+    pub bio_probe: bool,
+}
+
+fn probed() -> bool {
+    true
 }
 
 /// `HH:MM:SS` of a Unix time, `utc_offset_s` east of UTC.

@@ -303,6 +303,42 @@ pub fn render(s: &DaemonStatus) -> String {
         );
     }
 
+    o.family(
+        "pathpilot_bpf_stats_enabled",
+        "gauge",
+        "1 while the kernel accounts eBPF programs' runs (kernel.bpf_stats_enabled), which \
+         the program run figures need.",
+    );
+    if let Some(on) = s.bpf_stats {
+        o.sample(
+            "pathpilot_bpf_stats_enabled",
+            "",
+            if on { 1.0 } else { 0.0 },
+        );
+    }
+    o.family(
+        "pathpilot_bpf_program_runs_total",
+        "counter",
+        "Runs of each of the observer's eBPF programs while the kernel accounted them.",
+    );
+    for p in &s.bpf_programs {
+        let l = labels(&[("program", &p.program)]);
+        o.sample("pathpilot_bpf_program_runs_total", &l, p.runs as f64);
+    }
+    o.family(
+        "pathpilot_bpf_program_run_seconds_total",
+        "counter",
+        "Time spent in each of the observer's eBPF programs while the kernel accounted it.",
+    );
+    for p in &s.bpf_programs {
+        let l = labels(&[("program", &p.program)]);
+        o.sample(
+            "pathpilot_bpf_program_run_seconds_total",
+            &l,
+            p.run_ns as f64 / 1e9,
+        );
+    }
+
     let map_l = |m: &MapState| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
     let maps: Vec<(String, &MapState)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
     let map_totals: Vec<(String, &Totals)> =
@@ -676,6 +712,20 @@ pub(crate) fn example_status() -> DaemonStatus {
     DaemonStatus {
         bpf_watched: 5,
         bpf_counted: 5,
+        bio_probe: true,
+        bpf_stats: Some(true),
+        bpf_programs: vec![
+            crate::observer::ProgramCost {
+                program: "block_rq_complete".into(),
+                runs: 4000,
+                run_ns: 480_000,
+            },
+            crate::observer::ProgramCost {
+                program: "block_rq_issue".into(),
+                runs: 2000,
+                run_ns: 130_000,
+            },
+        ],
         engine_secs: vec![("window".into(), 0.25), ("rescan".into(), 1.5)],
         version: "0.1.0".into(),
         pid: 4321,
@@ -894,6 +944,9 @@ mod tests {
         has(r#"pathpilot_tuner_decisions_total{outcome="budget"} 0"#);
         has(r#"pathpilot_tuner_decisions_total{outcome="outside"} 0"#);
         has(r#"pathpilot_engine_seconds_total{work="rescan"} 1.5"#);
+        has("pathpilot_bpf_stats_enabled 1");
+        has(r#"pathpilot_bpf_program_runs_total{program="block_rq_complete"} 4000"#);
+        has(r#"pathpilot_bpf_program_run_seconds_total{program="block_rq_issue"} 0.00013"#);
         has(&format!(
             r#"pathpilot_path_latency_by_size_seconds{{{a},path="sdb",size_class="<16k",quantile="0.99"}} 0.0018"#
         ));

@@ -161,6 +161,16 @@ pub struct DaemonStatus {
     /// devices with counters (a removed device must leave neither).
     pub bpf_watched: usize,
     pub bpf_counted: usize,
+    /// The per-bio probe is attached (config `bio_probe`): without it no
+    /// bytes are counted per cgroup, and `cgroups` stays empty.
+    pub bio_probe: bool,
+    /// Whether the kernel accounts programs' runs now
+    /// (`kernel.bpf_stats_enabled`; None where it cannot tell): only then
+    /// do `bpf_programs`' figures grow.
+    pub bpf_stats: Option<bool>,
+    /// The observer's programs, each with its runs and their time while
+    /// the kernel accounted them: what observing costs on this host.
+    pub bpf_programs: Vec<crate::observer::ProgramCost>,
     /// CPU seconds the engine thread spent per kind of work since start:
     /// `checkers` (starting checks, reading their verdicts), `dm_status`
     /// (each map's table and status), `rescan` (path discovery),

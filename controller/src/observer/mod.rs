@@ -108,6 +108,25 @@ pub enum ObserveError {
     Full(DevNum, u32),
 }
 
+/// What one of the observer's programs has cost, as the kernel accounts
+/// it: its runs and their time, counted only while
+/// `kernel.bpf_stats_enabled` is 1 (the accounting times every run of
+/// every program, so it is off unless someone asks; see [`bpf_stats_enabled`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProgramCost {
+    /// The program, named for its tracepoint (`block_rq_issue`).
+    pub program: String,
+    pub runs: u64,
+    pub run_ns: u64,
+}
+
+/// Whether the kernel now accounts programs' runs
+/// (`/proc/sys/kernel/bpf_stats_enabled`); None where it cannot tell.
+pub fn bpf_stats_enabled() -> Option<bool> {
+    let v = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").ok()?;
+    Some(v.trim() != "0")
+}
+
 /// How the observer chooses devices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
@@ -208,7 +227,7 @@ pub struct Snapshot {
 /// (the kernel frees programs whose last file descriptor closes, so nothing
 /// outlives the process even on a crash).
 pub struct Observer {
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     slots: Array<MapData, Slot>,
     /// Each slot's counters on each CPU.
     stats: stats::Stats,
@@ -397,7 +416,7 @@ impl Observer {
             kernel_base: StdHashMap::new(),
             diskstats: blockdev::DiskStats::default(),
             diskstats_reads: 0,
-            _ebpf: ebpf,
+            ebpf,
             ncpus,
             scope,
             prog_ids,
@@ -416,6 +435,26 @@ impl Observer {
     /// Kernel ids of the loaded programs.
     pub fn program_ids(&self) -> &[u32] {
         &self.prog_ids
+    }
+
+    /// Each attached program's runs and run time so far (zero while the
+    /// kernel's accounting is off), by name. One syscall per program.
+    pub fn program_costs(&self) -> Vec<ProgramCost> {
+        let mut v: Vec<ProgramCost> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                // A program left out (the bio probe) was never loaded.
+                let info = p.info().ok()?;
+                Some(ProgramCost {
+                    program: name.to_string(),
+                    runs: info.run_count(),
+                    run_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| a.program.cmp(&b.program));
+        v
     }
 
     fn slot_of(&self, dev: u32) -> Option<u32> {

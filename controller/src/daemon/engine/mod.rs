@@ -1259,6 +1259,9 @@ impl Engine {
                 .collect(),
             bpf_watched: self.obs.watched().len(),
             bpf_counted: self.prev.devices.len(),
+            bio_probe: self.cfg.bio_probe,
+            bpf_stats: crate::observer::bpf_stats_enabled(),
+            bpf_programs: self.obs.program_costs(),
             engine_secs: self
                 .spent
                 .iter()

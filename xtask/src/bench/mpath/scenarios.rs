@@ -442,8 +442,6 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     let tb = boot(4, &[], Link::Throttle).boot()?;
     let rig = Rig::new(&tb, o)?;
     let fio = "--rw=randread --bs=4k --iodepth=16";
-    // The loss allowed, in percent.
-    const TARGET: f64 = 2.0;
     let first = if o.quick { 3 } else { 5 } * o.reps.max(1);
     let most = first * 3;
     rig.reset()?;
@@ -458,6 +456,10 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     // The uncapped case first: its IOPS set the capped case's budget.
     let mut cpu_bound_iops = 0.0f64;
     for capped in [false, true] {
+        // The loss allowed, in percent: with the storage the limit, what a
+        // user loses (seed 002, 2%); with the guest's CPU the limit, every
+        // emulated instruction shows in full (issue 14's 5%).
+        let target = if capped { 2.0 } else { 5.0 };
         let case = if capped {
             // Half of what the CPU can do, spread over the paths.
             let per_path = (cpu_bound_iops / 2.0 / 4.0).max(50.0) as u64;
@@ -485,19 +487,26 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             }
             let l = Loss::of(&mib(&off), &mib(&on));
             let ll = Loss::of(&mib(&off), &mib(&lean));
-            let straddles = l.within(TARGET).is_none() || ll.within(TARGET).is_none();
+            let straddles = l.within(target).is_none() || ll.within(target).is_none();
             if !straddles || off.len() >= most {
                 break (l, ll);
             }
             eprintln!(
                 "bench: overhead / {case}: loss {:.1}% +- {:.1} ({:.1}% +- {:.1} without the bio \
-                 probe) after {} rounds straddles {TARGET}%: one more",
+                 probe) after {} rounds straddles {target}%: one more",
                 l.mean, l.half_width, ll.mean, ll.half_width, l.pairs
             );
         };
         let a = Point::median_of(&off);
         if !capped {
             cpu_bound_iops = a.iops;
+            // Where the guest's time per I/O goes, program by program.
+            for (config, extra) in [("observer", ""), ("no bio probe", "bio_probe = false\n")] {
+                let note = program_costs(&rig, fio, extra)
+                    .with_context(|| format!("the programs' costs ({config})"))?;
+                eprintln!("bench: overhead / {config}: {note}");
+                r.notes.push(format!("{config}, {note}"));
+            }
         }
         let runs = |v: &[Point]| {
             json!(
@@ -548,11 +557,11 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                     .with("runs", runs(points)),
             );
             let what = format!(
-                "{what}: {said} costs <= {TARGET}% throughput: {:.1}% +- {:.1} (95%, {} pairs; \
+                "{what}: {said} costs <= {target}% throughput: {:.1}% +- {:.1} (95%, {} pairs; \
                  daemon CPU {cpu_med:.1}%)",
                 loss.mean, loss.half_width, loss.pairs
             );
-            match loss.within(TARGET) {
+            match loss.within(target) {
                 Some(met) => r.verdict(what, met),
                 None => r.inconclusive(what),
             }
@@ -560,6 +569,82 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     }
     tb.power_off()?;
     Ok(r)
+}
+
+/// One run of the daemon in observe mode (`extra` in its config) with the
+/// kernel's accounting of program runs on (`kernel.bpf_stats_enabled`,
+/// which times every run: never on in the rounds): each program's time
+/// per run and runs per I/O, against the guest's CPU time per I/O (its one
+/// CPU is the limit).
+fn program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
+    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    /// (program, runs, run ns) each, and the map's I/Os completed.
+    type Reading = (Vec<(String, u64, u64)>, u64);
+    rig.start_daemon_with("observe", extra)?;
+    rig.tb.sh(&format!("echo 1 > {STATS}"))?;
+    let read = || -> Result<Reading> {
+        let st = rig.status()?;
+        let progs = st["bpf_programs"]
+            .as_array()
+            .context("no bpf_programs in the status")?
+            .iter()
+            .map(|p| {
+                (
+                    p["program"].as_str().unwrap_or("").to_string(),
+                    p["runs"].as_u64().unwrap_or(0),
+                    p["run_ns"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        // Reads and writes completed at the map: fio's I/Os.
+        let k = rig.tb.sh(&format!("cat /sys/block/{}/stat", rig.dm))?;
+        let f: Vec<u64> = k
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        Ok((
+            progs,
+            f.first().copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0),
+        ))
+    };
+    let measured = (|| {
+        let (p0, k0) = read()?;
+        let point = rig.measure(&rig.dm, fio)?;
+        let (p1, k1) = read()?;
+        anyhow::Ok((p0, k0, point, p1, k1))
+    })();
+    let off = rig.tb.sh(&format!("echo 0 > {STATS}"));
+    rig.stop_daemon()?;
+    off?;
+    let (p0, k0, point, p1, k1) = measured?;
+    let ios = k1.saturating_sub(k0).max(1) as f64;
+    let mut total_us = 0.0;
+    let mut each = vec![];
+    for (name, runs, ns) in &p1 {
+        let (r0, n0) = p0
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map_or((0, 0), |(_, r, t)| (*r, *t));
+        let (dr, dn) = (runs.saturating_sub(r0), ns.saturating_sub(n0));
+        if dr == 0 {
+            continue;
+        }
+        let us = dn as f64 / 1e3 / ios;
+        total_us += us;
+        each.push(format!(
+            "{name} {:.1} us x {:.2} = {us:.1} us",
+            dn as f64 / 1e3 / dr as f64,
+            dr as f64 / ios
+        ));
+    }
+    let cpu_us = 1e6 / point.iops.max(1e-9);
+    Ok(format!(
+        "eBPF per I/O with bpf_stats on (one run, {ios:.0} I/Os at {:.0} IOPS): {total_us:.1} us \
+         of {cpu_us:.0} us of guest CPU per I/O ({:.1}%): {}",
+        point.iops,
+        total_us / cpu_us * 100.0,
+        each.join(", ")
+    ))
 }
 
 /// One round of fio runs on the map: without the daemon, and with it in
