@@ -47,6 +47,32 @@ pub fn save(name: &str, value: &serde_json::Value) -> Result<std::path::PathBuf>
 
 pub use xtask::util::median;
 
+/// One eBPF program as the kernel accounts it: (name, run ns, runs).
+pub type ProgramReading = (String, u64, u64);
+
+/// What programs cost over a span, from their readings before and after
+/// it (keyed so that programs of the same name stay apart) and the I/Os
+/// done in it: eBPF ns per I/O in all, and per program that ran, by name,
+/// (ns per run, runs per I/O).
+pub fn program_costs<K: Ord>(
+    before: &std::collections::BTreeMap<K, ProgramReading>,
+    after: &std::collections::BTreeMap<K, ProgramReading>,
+    ios: u64,
+) -> (f64, std::collections::BTreeMap<String, (f64, f64)>) {
+    let ios = ios.max(1) as f64;
+    let mut total = 0u64;
+    let mut programs = std::collections::BTreeMap::new();
+    for (k, (name, t1, c1)) in after {
+        let (t0, c0) = before.get(k).map_or((0, 0), |(_, t, c)| (*t, *c));
+        let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+        total += dt;
+        if dc > 0 {
+            programs.insert(name.clone(), (dt as f64 / dc as f64, dc as f64 / ios));
+        }
+    }
+    (total as f64 / ios, programs)
+}
+
 /// What a tool costs over paired rounds, in percent of the bare figure:
 /// the mean of the pairs' losses and the half-width of its 95% confidence
 /// interval (Student's t), so that a verdict is given only when the
@@ -115,6 +141,25 @@ fn t95(df: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn program_costs_are_the_differences_per_run_and_per_io() {
+        let r = |n: &str, ns, runs| (n.to_string(), ns, runs);
+        let before = [(1, r("issue", 1_000, 10)), (2, r("complete", 500, 10))].into();
+        // A program loaded during the span counts from zero; one that did
+        // not run is left out.
+        let after = [
+            (1, r("issue", 21_000, 110)),
+            (2, r("complete", 500, 10)),
+            (3, r("split", 600, 2)),
+        ]
+        .into();
+        let (total, each) = program_costs(&before, &after, 100);
+        assert_eq!(total, 206.0);
+        assert_eq!(each.len(), 2);
+        assert_eq!(each["issue"], (200.0, 1.0));
+        assert_eq!(each["split"], (300.0, 0.02));
+    }
 
     #[test]
     fn a_loss_is_judged_only_when_its_interval_is_on_one_side() {

@@ -156,8 +156,8 @@ fn stop(c: Option<Child>) -> Result<()> {
     Ok(())
 }
 
-/// (name, run_time_ns, run_cnt) of the programs a process holds.
-fn programs_of(pid: u32) -> Result<BTreeMap<u32, (String, u64, u64)>> {
+/// The programs a process holds, by id.
+fn programs_of(pid: u32) -> Result<BTreeMap<u32, super::ProgramReading>> {
     let mut ids = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))?.flatten() {
         if let Ok(t) = std::fs::read_to_string(e.path()) {
@@ -206,22 +206,10 @@ fn measure(tool: &Tool, dev: &str, secs: u64) -> Result<Run> {
     let after = pid.map(programs_of).transpose()?.unwrap_or_default();
     stop(child)?;
     let (iops, ios) = r?;
-    let mut total = 0u64;
-    let mut programs = BTreeMap::new();
-    for (id, (name, t1, c1)) in &after {
-        let (t0, c0) = before.get(id).map_or((0, 0), |(_, t, c)| (*t, *c));
-        let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-        total += dt;
-        if dc > 0 {
-            programs.insert(
-                name.clone(),
-                (dt as f64 / dc as f64, dc as f64 / ios.max(1) as f64),
-            );
-        }
-    }
+    let (ns_per_io, programs) = super::program_costs(&before, &after, ios);
     Ok(Run {
         iops,
-        ns_per_io: total as f64 / ios.max(1) as f64,
+        ns_per_io,
         programs,
     })
 }

@@ -1,11 +1,14 @@
 //! The scenarios of issue 7, each in its own testbed boot(s).
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use xtask::testbed::{Link, Testbed};
 
-use super::super::Loss;
+use super::super::{Loss, ProgramReading, program_costs};
 
 use super::{
     MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Tuned, Workload, compare,
@@ -502,7 +505,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             cpu_bound_iops = a.iops;
             // Where the guest's time per I/O goes, program by program.
             for (config, extra) in [("observer", ""), ("no bio probe", "bio_probe = false\n")] {
-                let note = program_costs(&rig, fio, extra)
+                let note = guest_program_costs(&rig, fio, extra)
                     .with_context(|| format!("the programs' costs ({config})"))?;
                 eprintln!("bench: overhead / {config}: {note}");
                 r.notes.push(format!("{config}, {note}"));
@@ -576,10 +579,10 @@ pub fn overhead(o: &Opts) -> Result<Report> {
 /// which times every run: never on in the rounds): each program's time
 /// per run and runs per I/O, against the guest's CPU time per I/O (its one
 /// CPU is the limit).
-fn program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
+fn guest_program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
     const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
-    /// (program, runs, run ns) each, and the map's I/Os completed.
-    type Reading = (Vec<(String, u64, u64)>, u64);
+    /// The programs by name, and the map's I/Os completed.
+    type Reading = (BTreeMap<String, ProgramReading>, u64);
     rig.start_daemon_with("observe", extra)?;
     rig.tb.sh(&format!("echo 1 > {STATS}"))?;
     let read = || -> Result<Reading> {
@@ -589,11 +592,13 @@ fn program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
             .context("no bpf_programs in the status")?
             .iter()
             .map(|p| {
-                (
-                    p["program"].as_str().unwrap_or("").to_string(),
-                    p["runs"].as_u64().unwrap_or(0),
+                let name = p["program"].as_str().unwrap_or("").to_string();
+                let reading = (
+                    name.clone(),
                     p["run_ns"].as_u64().unwrap_or(0),
-                )
+                    p["runs"].as_u64().unwrap_or(0),
+                );
+                (name, reading)
             })
             .collect();
         // Reads and writes completed at the map: fio's I/Os.
@@ -617,29 +622,22 @@ fn program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
     rig.stop_daemon()?;
     off?;
     let (p0, k0, point, p1, k1) = measured?;
-    let ios = k1.saturating_sub(k0).max(1) as f64;
-    let mut total_us = 0.0;
-    let mut each = vec![];
-    for (name, runs, ns) in &p1 {
-        let (r0, n0) = p0
-            .iter()
-            .find(|(n, ..)| n == name)
-            .map_or((0, 0), |(_, r, t)| (*r, *t));
-        let (dr, dn) = (runs.saturating_sub(r0), ns.saturating_sub(n0));
-        if dr == 0 {
-            continue;
-        }
-        let us = dn as f64 / 1e3 / ios;
-        total_us += us;
-        each.push(format!(
-            "{name} {:.1} us x {:.2} = {us:.1} us",
-            dn as f64 / 1e3 / dr as f64,
-            dr as f64 / ios
-        ));
-    }
+    let ios = k1.saturating_sub(k0);
+    let (ns_per_io, programs) = program_costs(&p0, &p1, ios);
+    let total_us = ns_per_io / 1e3;
+    let each: Vec<String> = programs
+        .iter()
+        .map(|(name, (ns_per_run, runs_per_io))| {
+            format!(
+                "{name} {:.1} us x {runs_per_io:.2} = {:.1} us",
+                ns_per_run / 1e3,
+                ns_per_run * runs_per_io / 1e3
+            )
+        })
+        .collect();
     let cpu_us = 1e6 / point.iops.max(1e-9);
     Ok(format!(
-        "eBPF per I/O with bpf_stats on (one run, {ios:.0} I/Os at {:.0} IOPS): {total_us:.1} us \
+        "eBPF per I/O with bpf_stats on (one run, {ios} I/Os at {:.0} IOPS): {total_us:.1} us \
          of {cpu_us:.0} us of guest CPU per I/O ({:.1}%): {}",
         point.iops,
         total_us / cpu_us * 100.0,
