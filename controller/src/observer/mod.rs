@@ -10,7 +10,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::{BtfTracePoint, TracePoint},
+    programs::BtfTracePoint,
     util::nr_cpus,
 };
 use pathpilot_common::{
@@ -27,9 +27,9 @@ use crate::{
 pub mod btf;
 pub mod hist;
 pub mod interval;
+pub mod layout;
 mod load;
 mod stats;
-pub mod tracefs;
 mod view;
 
 pub use stats::Access;
@@ -47,10 +47,14 @@ pub fn object_hash() -> u64 {
     })
 }
 
-/// The classic tracepoints the programs attach to (category `block`); the
-/// program carries the event's name. `block_bio_queue` is one of them only
-/// with [`Bios::Probed`].
-pub const TRACEPOINTS: [&str; 4] = [
+/// The BTF-enabled tracepoints the programs are on (each program carries
+/// its event's name): the request's own issue, requeue and completion, and
+/// the merges and splits. `block_bio_queue` ([`BIO_TRACEPOINT`]) is one of
+/// them only with [`Bios::Probed`].
+pub const BTF_TRACEPOINTS: [&str; 7] = [
+    "block_rq_issue",
+    "block_rq_requeue",
+    "block_rq_complete",
     "block_rq_merge",
     "block_bio_backmerge",
     "block_bio_frontmerge",
@@ -82,16 +86,10 @@ impl Bios {
     }
 }
 
-/// The BTF-enabled tracepoints: the request's own issue, requeue and
-/// completion.
-pub const BTF_TRACEPOINTS: [&str; 3] = ["block_rq_issue", "block_rq_requeue", "block_rq_complete"];
-
 #[derive(Debug, Error)]
 pub enum ObserveError {
     #[error("loading eBPF programs needs root (CAP_BPF and CAP_PERFMON); run as root")]
     NotRoot,
-    #[error("{0}")]
-    NoTracefs(String),
     #[error("unexpected kernel layout: {0}")]
     Layout(String),
     #[error(
@@ -332,12 +330,13 @@ impl Observer {
         if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(ObserveError::NoBtf);
         }
-        let root = tracefs::locate()?;
+        let bio = (bios == Bios::Probed).then_some(BIO_TRACEPOINT);
+        let attached: Vec<&str> = BTF_TRACEPOINTS.into_iter().chain(bio).collect();
         // The kernel BTF is large: read the offsets and the attach ids and
         // let it go before the loader.
         let (layout, index) = {
             let kernel = btf::Btf::from_sys()?;
-            let ids = BTF_TRACEPOINTS
+            let ids = attached
                 .iter()
                 .map(|tp| {
                     let name = format!("btf_trace_{tp}");
@@ -349,7 +348,7 @@ impl Observer {
                 .collect::<Result<Vec<_>, ObserveError>>()?;
             let index = load::attach_index(&ids)
                 .map_err(|e| ObserveError::Load(format!("the tracepoints' BTF index: {e}")))?;
-            (tracefs::layout(&root, &kernel)?, index)
+            (layout::layout(&kernel)?, index)
         };
         let ncpus = nr_cpus().map_err(|(f, e)| ObserveError::Load(format!("{f}: {e}")))?;
         let cpus = ncpus as u32;
@@ -364,22 +363,7 @@ impl Observer {
                 .map_err(|e| ObserveError::Load(format!("{e:#}")))
         })?;
         let mut prog_ids = Vec::new();
-        let bio = (bios == Bios::Probed).then_some(BIO_TRACEPOINT);
-        for tp in TRACEPOINTS.into_iter().chain(bio) {
-            let prog: &mut TracePoint = ebpf
-                .program_mut(tp)
-                .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?
-                .try_into()
-                .map_err(|e| ObserveError::Load(format!("{tp}: {e}")))?;
-            prog.load()
-                .map_err(|e| ObserveError::Load(format!("{tp}: {e:#}")))?;
-            prog.attach("block", tp)
-                .map_err(|e| ObserveError::Attach(tp.into(), format!("{e:#}")))?;
-            if let Ok(info) = prog.info() {
-                prog_ids.push(info.id());
-            }
-        }
-        for tp in BTF_TRACEPOINTS {
+        for tp in attached {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(tp)
                 .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?

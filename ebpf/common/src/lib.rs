@@ -218,20 +218,11 @@ pub struct CgroupStats {
     pub bytes: u64,
 }
 
-/// Where the classic block tracepoints' records (block_bio_queue, the bio
-/// merges, block_rq_merge) keep the fields the programs read. The programs
-/// load them from their context directly, which the verifier allows only
-/// at an offset fixed in the instruction: a helper call to read them cost
-/// more than the rest of block_bio_queue's work. So they are built in, and
-/// the loader refuses a kernel whose format files put them elsewhere.
-pub const REC_DEV: usize = 8;
-pub const REC_SECTOR: usize = 16;
-pub const REC_NR_SECTOR: usize = 24;
-
 /// Where the programs find what they read, written into their read-only
-/// data at load time: `struct request` members (the request probes read
-/// the request itself) from the kernel's BTF, and `enum req_op` values
-/// (the classic tracepoints' fields are fixed, see `REC_DEV`).
+/// data at load time: `struct request`, `struct bio` and `struct
+/// block_device` members (every program reads the kernel's own structure,
+/// handed over by a BTF-enabled tracepoint) from the kernel's BTF, and
+/// `enum req_op` values.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -268,6 +259,13 @@ pub struct Layout {
     pub clone_flags: u32,
     pub rahead_flag: u32,
     pub rq_end_io: u32,
+    /// `bio.bi_bdev`, `block_device.bd_dev` (a bio's device, as the
+    /// classic tracepoints' `bio_dev()`), and `bio.bi_iter`'s `bi_sector`
+    /// and `bi_size` (offsets from the bio).
+    pub bio_bdev: u32,
+    pub bdev_dev: u32,
+    pub bio_sector: u32,
+    pub bio_size: u32,
 }
 
 impl Layout {
@@ -292,6 +290,10 @@ impl Layout {
         clone_flags: 0,
         rahead_flag: 0,
         rq_end_io: 0,
+        bio_bdev: 0,
+        bdev_dev: 0,
+        bio_sector: 0,
+        bio_size: 0,
     };
 }
 

@@ -7,26 +7,28 @@
 //! what they need from it in place (offsets from the kernel's BTF, in
 //! LAYOUT), find its device through its queue's disk, and
 //! time a request from the kernel's own stamps, so no table of requests in
-//! flight is kept. Bios, merges and splits come from classic tracepoints,
-//! whose fields are loaded from the record in place; a dm clone is known by
-//! its flags, at no cost of its own.
+//! flight is kept. Bios, merges and splits are seen the same way, from the
+//! `struct bio` or `struct request` their tracepoints hand over: no
+//! program is on a classic tracepoint, whose record the kernel would build
+//! (device, sector, size, the flags as text, the task's name) on every
+//! event before the program ran, and which cost the testbed guest more than
+//! the program itself. A dm clone is known by its flags, at no cost of its
+//! own.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
 
 use aya_ebpf::{
-    EbpfContext,
     bindings::{BPF_F_MMAPABLE, BPF_NOEXIST},
     helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map, tracepoint},
+    macros::{btf_tracepoint, map},
     maps::{Array, LruPerCpuHashMap, PerCpuArray},
-    programs::{BtfTracePointContext, TracePointContext},
+    programs::BtfTracePointContext,
 };
 use pathpilot_common::{
     CgroupCache, CgroupKey, CgroupStats, DIR_DISCARD, DIR_FLUSH, DIR_OTHER, DIR_READ, DIR_WRITE,
     DevShared, DevStats, LAT_BUCKETS, LAT_CLASS_BUCKETS, LAT_CLASS_LOG2_MIN, Layout, MAX_SLOTS,
-    REC_DEV, REC_NR_SECTOR, REC_SECTOR, SIZE_BUCKETS, SLOT_EMPTY, SLOT_PROBES, Slot, log2,
-    size_class, slot_home,
+    SIZE_BUCKETS, SLOT_EMPTY, SLOT_PROBES, Slot, log2, size_class, slot_home,
 };
 
 /// The watch list (see `Slot`).
@@ -153,6 +155,12 @@ fn slot_of_request(rq: Kernel) -> Option<u32> {
     let major = disk.u32_at(lay!(disk_major));
     let minor = disk.u32_at(lay!(disk_major) + 4);
     slot_of((major << 20) | (minor & 0xf_ffff))
+}
+
+/// A bio's device (the classic tracepoints' `bio_dev()`).
+#[inline(always)]
+fn dev_of_bio(bio: Kernel) -> u32 {
+    bio.ptr_at(lay!(bio_bdev)).u32_at(lay!(bdev_dev))
 }
 
 /// A request's direction from its operation (`enum req_op`), as the
@@ -355,63 +363,66 @@ fn try_complete(ctx: &BtfTracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// A field of a classic tracepoint's record, loaded from the context
-/// itself: no helper call, as the offset is fixed (checked at load).
+/// Counts one event on a watched device.
 #[inline(always)]
-fn rec<T>(ctx: &TracePointContext, off: usize) -> T {
-    unsafe { core::ptr::read_volatile((ctx.as_ptr() as *const u8).add(off) as *const T) }
-}
-
-/// Counts one event on a watched device, reading only its dev field.
-#[inline(always)]
-fn count(ctx: &TracePointContext, f: impl FnOnce(&mut DevStats)) {
-    if let Some(slot) = slot_of(rec(ctx, REC_DEV))
+fn count(slot: Option<u32>, f: impl FnOnce(&mut DevStats)) {
+    if let Some(slot) = slot
         && let Some(s) = stats(slot)
     {
         f(s);
     }
 }
 
-#[tracepoint]
-pub fn block_rq_merge(ctx: TracePointContext) -> u32 {
-    count(&ctx, |s| s.rq_merges += 1);
+/// Arguments of the merge and split tracepoints: (struct request *rq) for
+/// a request merge, (struct bio *bio) for a bio merged into a request,
+/// (struct bio *bio, unsigned int new_sector) for a split.
+#[btf_tracepoint(function = "block_rq_merge")]
+pub fn block_rq_merge(ctx: BtfTracePointContext) -> i32 {
+    count(slot_of_request(Kernel(ctx.arg(0))), |s| s.rq_merges += 1);
     0
 }
 
-#[tracepoint]
-pub fn block_bio_backmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, |s| s.bio_backmerges += 1);
+#[btf_tracepoint(function = "block_bio_backmerge")]
+pub fn block_bio_backmerge(ctx: BtfTracePointContext) -> i32 {
+    count(slot_of(dev_of_bio(Kernel(ctx.arg(0)))), |s| {
+        s.bio_backmerges += 1
+    });
     0
 }
 
-#[tracepoint]
-pub fn block_bio_frontmerge(ctx: TracePointContext) -> u32 {
-    count(&ctx, |s| s.bio_frontmerges += 1);
+#[btf_tracepoint(function = "block_bio_frontmerge")]
+pub fn block_bio_frontmerge(ctx: BtfTracePointContext) -> i32 {
+    count(slot_of(dev_of_bio(Kernel(ctx.arg(0)))), |s| {
+        s.bio_frontmerges += 1
+    });
     0
 }
 
-#[tracepoint]
-pub fn block_split(ctx: TracePointContext) -> u32 {
-    count(&ctx, |s| s.splits += 1);
+#[btf_tracepoint(function = "block_split")]
+pub fn block_split(ctx: BtfTracePointContext) -> i32 {
+    count(slot_of(dev_of_bio(Kernel(ctx.arg(0)))), |s| s.splits += 1);
     0
 }
 
 /// Attached only where per-bio figures are asked for (cgroup bytes, the
 /// workload's own bio order): a program run on every bio, whose absence
-/// takes about a fifth off the observer's time per I/O.
-#[tracepoint]
-pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
+/// takes about a fifth off the observer's time per I/O. Argument: (struct
+/// bio *bio).
+#[btf_tracepoint(function = "block_bio_queue")]
+pub fn block_bio_queue(ctx: BtfTracePointContext) -> i32 {
     let _ = try_bio_queue(&ctx);
     0
 }
 
-fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
-    let dev: u32 = rec(ctx, REC_DEV);
+fn try_bio_queue(ctx: &BtfTracePointContext) -> Result<(), i32> {
+    let bio = Kernel(ctx.arg(0));
+    let dev = dev_of_bio(bio);
     let Some(slot) = slot_of(dev) else {
         return Ok(());
     };
-    let nr: u32 = rec(ctx, REC_NR_SECTOR);
-    let sector: u64 = rec(ctx, REC_SECTOR);
+    // bio_sectors(), as the classic tracepoint's nr_sector.
+    let nr = bio.u32_at(lay!(bio_size)) >> 9;
+    let sector = bio.u64_at(lay!(bio_sector));
     let bytes = nr as u64 * 512;
     let s = stats(slot).ok_or(-1)?;
     s.bios += 1;
