@@ -25,6 +25,7 @@ use super::{median, save};
 mod chart;
 mod marginal;
 mod scenarios;
+mod toggled;
 
 #[derive(clap::Args)]
 pub struct Args {

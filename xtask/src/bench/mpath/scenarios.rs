@@ -1,14 +1,12 @@
 //! The scenarios of issue 7, each in its own testbed boot(s).
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use xtask::testbed::{Link, Testbed};
 
 use super::super::{Loss, ProgramReading, program_costs};
+use super::toggled;
 
 use super::{
     MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Tuned, Workload, compare,
@@ -438,24 +436,43 @@ pub fn switch(o: &Opts) -> Result<Report> {
 /// Seed 002: the observer's cost: the daemon in observe mode vs none, on
 /// uncapped paths (the guest CPU is the limit: the per-I/O cost shows in
 /// full) and on paths capped below that (the storage is the limit, as on
-/// seed 002's SATA disk: what a user loses). Pairs are added while the
-/// loss's confidence interval straddles the target, up to a bound; one
-/// still straddling it is reported inconclusive, never met.
+/// seed 002's SATA disk: what a user loses). Measured inside one fio run
+/// per case, the daemon started and stopped in turn (see `toggled`).
+/// Windows are added while the loss's confidence interval straddles the
+/// target, up to a bound; one still straddling it is reported
+/// inconclusive, never met.
 pub fn overhead(o: &Opts) -> Result<Report> {
     let tb = boot(4, &[], Link::Throttle).boot()?;
     let rig = Rig::new(&tb, o)?;
     let fio = "--rw=randread --bs=4k --iodepth=16";
-    let first = if o.quick { 3 } else { 5 } * o.reps.max(1);
+    let io_bytes = 4096.0;
+    let first = if o.quick { 4 } else { 6 } * o.reps.max(1);
     let most = first * 3;
     rig.reset()?;
     rig.measure_secs(&rig.dm, fio, 2)?;
     let mut r = Report::new("overhead", Link::Throttle, 0.0);
     r.notes.push(format!(
-        "4 KiB random reads at QD16 on the map; {first} rounds per case of three runs in \
-         rotated order (no daemon, the daemon in observe mode, the same with bio_probe = false), \
-         more (up to {most}) while the 95% interval of either mean loss straddles the target; \
-         medians; the daemon's CPU share is of the one guest CPU during the run"
+        "4 KiB random reads at QD16 on the map, in one fio run per case, fio's IOPS logged each \
+         second: the daemon in observe mode started and stopped in turn, with and without its \
+         bio probe (bio_probe = false) in rotated order, each {window} s window with it between \
+         two {window} s windows without it, each window after {settle} s to settle (the \
+         daemon's start or exit); each window with it against the mean of its two neighbours; \
+         {first} windows per configuration, more (up to {most}) while either loss's 95% \
+         interval straddles the target; medians; the daemon's CPU share is of the one guest \
+         CPU in its windows",
+        window = toggled::WINDOW.as_secs(),
+        settle = toggled::SETTLE.as_secs(),
     ));
+    let configs = [
+        ("observer", "observer", "", ""),
+        (
+            "no bio probe",
+            "observer without the bio probe",
+            "bio_probe = false\n",
+            ", bio_probe = false",
+        ),
+    ];
+    let extras: Vec<&str> = configs.iter().map(|c| c.2).collect();
     // The uncapped case first: its IOPS set the capped case's budget.
     let mut cpu_bound_iops = 0.0f64;
     for capped in [false, true] {
@@ -473,75 +490,90 @@ pub fn overhead(o: &Opts) -> Result<Report> {
         } else {
             "uncapped (CPU)".to_string()
         };
-        // Detached, and the daemon with and without its per-bio probe,
-        // in an order rotated from one round to the next.
-        let (mut off, mut on, mut lean) = (vec![], vec![], vec![]);
-        let (mut cpu, mut lean_cpu) = (vec![], vec![]);
-        let mib = |v: &[Point]| v.iter().map(|p| p.mib_s).collect::<Vec<_>>();
-        let (loss, lean_loss) = loop {
-            let m = detached_and_attached(&rig, fio, off.len())?;
-            off.push(m.detached);
-            on.push(m.observer.0);
-            cpu.push(m.observer.1);
-            lean.push(m.lean.0);
-            lean_cpu.push(m.lean.1);
-            if off.len() < first {
-                continue;
-            }
-            let l = Loss::of(&mib(&off), &mib(&on));
-            let ll = Loss::of(&mib(&off), &mib(&lean));
-            let straddles = l.within(target).is_none() || ll.within(target).is_none();
-            if !straddles || off.len() >= most {
-                break (l, ll);
+        let mut t = toggled::Toggled::default();
+        let losses = loop {
+            let done = t.pairs.first().map_or(0, Vec::len);
+            let more = if done == 0 {
+                first
+            } else {
+                first.min(most - done)
+            };
+            t.extend(toggled::run(&rig, fio, &extras, more)?);
+            let losses: Vec<Loss> = t
+                .pairs
+                .iter()
+                .map(|p| {
+                    let (bare, with): (Vec<f64>, Vec<f64>) = p.iter().copied().unzip();
+                    Loss::of(&bare, &with)
+                })
+                .collect();
+            let straddles = losses.iter().any(|l| l.within(target).is_none());
+            let done = t.pairs[0].len();
+            if !straddles || done >= most {
+                break losses;
             }
             eprintln!(
-                "bench: overhead / {case}: loss {:.1}% +- {:.1} ({:.1}% +- {:.1} without the bio \
-                 probe) after {} rounds straddles {target}%: one more",
-                l.mean, l.half_width, ll.mean, ll.half_width, l.pairs
+                "bench: overhead / {case}: after {done} windows each, {}: more",
+                losses
+                    .iter()
+                    .zip(&configs)
+                    .map(|(l, c)| {
+                        let side = if l.within(target).is_none() {
+                            format!("straddles {target}%")
+                        } else {
+                            "clear".into()
+                        };
+                        format!("{} {:.1}% +- {:.1} ({side})", c.0, l.mean, l.half_width)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         };
-        let a = Point::median_of(&off);
+        let point = |iops: f64| Point {
+            mib_s: iops * io_bytes / 1048576.0,
+            iops,
+            lat_p99_ms: f64::NAN,
+            avg_request_kib: f64::NAN,
+            merge_pct: f64::NAN,
+            path_avg_request_kib: None,
+            bounces_s: None,
+        };
+        let runs = |v: &[f64]| {
+            json!(
+                v.iter()
+                    .map(|iops| (iops * io_bytes / 1048576.0 * 100.0).round() / 100.0)
+                    .collect::<Vec<_>>()
+            )
+        };
+        let bare: Vec<f64> = t.pairs.iter().flatten().map(|p| p.0).collect();
+        let bare_iops = super::median(&mut bare.clone());
         if !capped {
-            cpu_bound_iops = a.iops;
+            cpu_bound_iops = bare_iops;
             // Where the guest's time per I/O goes, program by program.
-            for (config, extra) in [("observer", ""), ("no bio probe", "bio_probe = false\n")] {
+            for (config, _, extra, _) in configs {
                 let note = guest_program_costs(&rig, fio, extra)
                     .with_context(|| format!("the programs' costs ({config})"))?;
                 eprintln!("bench: overhead / {config}: {note}");
                 r.notes.push(format!("{config}, {note}"));
             }
         }
-        let runs = |v: &[Point]| {
-            json!(
-                v.iter()
-                    .map(|p| (p.mib_s * 100.0).round() / 100.0)
-                    .collect::<Vec<_>>()
-            )
-        };
         r.rows.push(
-            Row::new(&case, "detached", a)
-                .with("setting", json!("no daemon"))
-                .with("runs", runs(&off)),
+            Row::new(&case, "detached", point(bare_iops))
+                .with("setting", json!("no daemon (the windows either side)"))
+                .with("runs", runs(&bare)),
         );
         let what = if capped {
             "storage the limit (seed 002's case)"
         } else {
             "guest CPU the limit (the per-I/O cost in full)"
         };
-        for (config, said, points, loss, cpu, how) in [
-            ("observer", "observer", &on, loss, &mut cpu, ""),
-            (
-                "no bio probe",
-                "observer without the bio probe",
-                &lean,
-                lean_loss,
-                &mut lean_cpu,
-                ", bio_probe = false",
-            ),
-        ] {
-            let cpu_med = super::median(cpu);
+        for (((config, said, _, how), loss), (pairs, cpu)) in
+            configs.iter().zip(losses).zip(t.pairs.iter().zip(&t.cpu))
+        {
+            let with: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+            let cpu_med = super::median(&mut cpu.clone());
             r.rows.push(
-                Row::new(&case, config, Point::median_of(points))
+                Row::new(&case, config, point(super::median(&mut with.clone())))
                     .with(
                         "setting",
                         json!(format!(
@@ -557,11 +589,11 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                         "throughput_lost_ci95_half_width",
                         json!((loss.half_width * 10.0).round() / 10.0),
                     )
-                    .with("runs", runs(points)),
+                    .with("runs", runs(&with)),
             );
             let what = format!(
-                "{what}: {said} costs <= {target}% throughput: {:.1}% +- {:.1} (95%, {} pairs; \
-                 daemon CPU {cpu_med:.1}%)",
+                "{what}: {said} costs <= {target}% throughput: {:.1}% +- {:.1} (95%, {} windows \
+                 against their neighbours; daemon CPU {cpu_med:.1}%)",
                 loss.mean, loss.half_width, loss.pairs
             );
             match loss.within(target) {
@@ -643,58 +675,6 @@ fn guest_program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
         total_us / cpu_us * 100.0,
         each.join(", ")
     ))
-}
-
-/// One round of fio runs on the map: without the daemon, and with it in
-/// observe mode with and without its per-bio probe; MiB/s and the daemon's
-/// CPU % during its run.
-struct Round {
-    detached: Point,
-    observer: (Point, f64),
-    lean: (Point, f64),
-}
-
-/// A [`Round`], in an order rotated by `round`, so that each
-/// configuration runs first, second and third alike.
-fn detached_and_attached(rig: &Rig, fio: &str, round: usize) -> Result<Round> {
-    let mut order = [None, Some(""), Some("bio_probe = false\n")];
-    order.rotate_left(round % 3);
-    let (mut off, mut on, mut lean) = (None, None, None);
-    for extra in order {
-        let Some(extra) = extra else {
-            let p = rig.measure(&rig.dm, fio)?;
-            eprintln!("bench: overhead / detached: {:.1} MiB/s", p.mib_s);
-            off = Some(p);
-            continue;
-        };
-        rig.start_daemon_with("observe", extra)?;
-        // Let it attach its probes and run a window.
-        std::thread::sleep(Duration::from_secs(2));
-        let pid = rig.daemon_pid()?.to_string();
-        let t0 = rig.tb.proc_figures(&pid)?.ticks;
-        let t = Instant::now();
-        let p = rig.measure(&rig.dm, fio)?;
-        let el = t.elapsed().as_secs_f64();
-        let t1 = rig.tb.proc_figures(&pid)?.ticks;
-        rig.stop_daemon()?;
-        // A tick is 10 ms: ticks per second are percent of a core.
-        let cpu = t1.saturating_sub(t0) as f64 / el;
-        if extra.is_empty() {
-            eprintln!("bench: overhead / observer: {:.1} MiB/s", p.mib_s);
-            on = Some((p, cpu));
-        } else {
-            eprintln!(
-                "bench: overhead / observer, no bio probe: {:.1} MiB/s",
-                p.mib_s
-            );
-            lean = Some((p, cpu));
-        }
-    }
-    Ok(Round {
-        detached: off.expect("measured"),
-        observer: on.expect("measured"),
-        lean: lean.expect("measured"),
-    })
 }
 
 /// Seed 000's table: request size x repeat count, written and read back,
