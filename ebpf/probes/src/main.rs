@@ -11,9 +11,8 @@
 //! `struct bio` or `struct request` their tracepoints hand over: no
 //! program is on a classic tracepoint, whose record the kernel would build
 //! (device, sector, size, the flags as text, the task's name) on every
-//! event before the program ran, and which cost the testbed guest more than
-//! the program itself. A dm clone is known by its flags, at no cost of its
-//! own.
+//! event before the program ran, work outside the kernel's accounting of
+//! the program. A dm clone is known by its flags, at no cost of its own.
 #![no_std]
 #![no_main]
 #![feature(asm_experimental_arch)]
