@@ -529,8 +529,9 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                     .join(", ")
             );
         };
+        let mib = |iops: f64| iops * io_bytes / 1048576.0;
         let point = |iops: f64| Point {
-            mib_s: iops * io_bytes / 1048576.0,
+            mib_s: mib(iops),
             iops,
             lat_p99_ms: f64::NAN,
             avg_request_kib: f64::NAN,
@@ -541,7 +542,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
         let runs = |v: &[f64]| {
             json!(
                 v.iter()
-                    .map(|iops| (iops * io_bytes / 1048576.0 * 100.0).round() / 100.0)
+                    .map(|iops| (mib(*iops) * 100.0).round() / 100.0)
                     .collect::<Vec<_>>()
             )
         };

@@ -75,8 +75,12 @@ pub fn run(rig: &Rig, fio: &str, configs: &[&str], rounds: usize) -> Result<Togg
     let means = marks
         .iter()
         .map(|m| {
-            let mean = window_mean(&samples, m.from_ms.saturating_sub(t0), m.to_ms - t0)
-                .with_context(|| format!("no fio sample inside {m:?} (fio started at {t0})"))?;
+            let mean = window_mean(
+                &samples,
+                m.from_ms.saturating_sub(t0),
+                m.to_ms.saturating_sub(t0),
+            )
+            .with_context(|| format!("no fio sample inside {m:?} (fio started at {t0})"))?;
             Ok((m.config, mean))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -108,41 +112,45 @@ fn windows(rig: &Rig, configs: &[&str], rounds: usize) -> Result<(Vec<Mark>, Vec
             .context("/proc/uptime")?;
         Ok((s * 1000.0) as u64)
     };
-    let window = |config: Option<usize>| -> Result<Mark> {
+    // Every window, with the daemon or without it, is timed by this one
+    // piece: the same settle, the same length. With `pid`, the daemon's
+    // CPU in it too (a tick is 10 ms: ticks per second are percent of a
+    // core).
+    let window = |config: Option<usize>, pid: Option<&str>| -> Result<(Mark, f64)> {
+        let ticks = |pid: &str| rig.tb.proc_figures(pid).map(|f| f.ticks);
         std::thread::sleep(SETTLE);
+        let t0 = pid.map(ticks).transpose()?;
         let from_ms = uptime_ms()?;
         std::thread::sleep(WINDOW);
-        Ok(Mark {
-            config,
-            from_ms,
-            to_ms: uptime_ms()?,
-        })
+        let to_ms = uptime_ms()?;
+        let t1 = pid.map(ticks).transpose()?;
+        let secs = (to_ms.saturating_sub(from_ms) as f64 / 1e3).max(1e-3);
+        let cpu = t0
+            .zip(t1)
+            .map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / secs);
+        Ok((
+            Mark {
+                config,
+                from_ms,
+                to_ms,
+            },
+            cpu,
+        ))
     };
     // fio's own start: ramped like any point, then settled like any window.
     std::thread::sleep(Duration::from_secs(rig.o.ramp.into()));
-    let mut marks = vec![window(None)?];
+    let mut marks = vec![window(None, None)?.0];
     let mut cpu = vec![vec![]; configs.len()];
     let mut order: Vec<usize> = (0..configs.len()).collect();
     for _ in 0..rounds {
         for &c in &order {
             rig.start_daemon_with("observe", configs[c])?;
             let pid = rig.daemon_pid()?.to_string();
-            std::thread::sleep(SETTLE);
-            let t0 = rig.tb.proc_figures(&pid)?.ticks;
-            let from_ms = uptime_ms()?;
-            std::thread::sleep(WINDOW);
-            let to_ms = uptime_ms()?;
-            let t1 = rig.tb.proc_figures(&pid)?.ticks;
+            let (mark, used) = window(Some(c), Some(&pid))?;
             rig.stop_daemon()?;
-            // A tick is 10 ms: ticks per second are percent of a core.
-            let secs = (to_ms - from_ms) as f64 / 1e3;
-            cpu[c].push(t1.saturating_sub(t0) as f64 / secs.max(1e-3));
-            marks.push(Mark {
-                config: Some(c),
-                from_ms,
-                to_ms,
-            });
-            marks.push(window(None)?);
+            cpu[c].push(used);
+            marks.push(mark);
+            marks.push(window(None, None)?.0);
             eprintln!(
                 "bench: toggled: window {} of {} with the daemon{} done",
                 marks.len() / 2,
