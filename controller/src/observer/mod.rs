@@ -47,22 +47,9 @@ pub fn object_hash() -> u64 {
     })
 }
 
-/// The BTF-enabled tracepoints the programs are on (each program carries
-/// its event's name): the request's own issue, requeue and completion, and
-/// the merges and splits. `block_bio_queue` ([`BIO_TRACEPOINT`]) is one of
-/// them only with [`Bios::Probed`].
-pub const BTF_TRACEPOINTS: [&str; 7] = [
-    "block_rq_issue",
-    "block_rq_requeue",
-    "block_rq_complete",
-    "block_rq_merge",
-    "block_bio_backmerge",
-    "block_bio_frontmerge",
-    "block_split",
-];
-
-/// The per-bio tracepoint (see [`Bios`]).
-pub const BIO_TRACEPOINT: &str = "block_bio_queue";
+/// The tracepoints the programs are on; `block_bio_queue`
+/// ([`BIO_TRACEPOINT`]) only with [`Bios::Probed`].
+pub use pathpilot_common::{BIO_TRACEPOINT, BTF_TRACEPOINTS};
 
 /// Where the figures of bios as submitted come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

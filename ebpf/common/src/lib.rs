@@ -5,6 +5,25 @@
 //! exact layout: everything here is plain old data with explicit widths.
 #![no_std]
 
+/// The BTF-enabled tracepoints the programs are on (each program carries
+/// its event's name): the request's own issue, requeue and completion, and
+/// the merges and splits. `block_bio_queue` ([`BIO_TRACEPOINT`]) is one of
+/// them only where per-bio figures are asked for. Here, beside the types,
+/// so that the loader and the benches (which put empty programs on the
+/// same events, to measure what any program there costs) read one list.
+pub const BTF_TRACEPOINTS: [&str; 7] = [
+    "block_rq_issue",
+    "block_rq_requeue",
+    "block_rq_complete",
+    "block_rq_merge",
+    "block_bio_backmerge",
+    "block_bio_frontmerge",
+    "block_split",
+];
+
+/// The per-bio tracepoint.
+pub const BIO_TRACEPOINT: &str = "block_bio_queue";
+
 /// log2 buckets of the request-size histogram: bucket k counts sizes in
 /// `[2^k, 2^(k+1))` bytes, the last bucket also holds everything larger.
 pub const SIZE_BUCKETS: usize = 32;

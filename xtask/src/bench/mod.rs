@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use xtask::util::workspace_root;
 
+mod floor;
 mod mpath;
 mod observer;
 mod reload;
@@ -25,6 +26,10 @@ pub enum Cmd {
     /// The daemon's own cost at a SAN host's scale (16 LUNs x 4 paths in
     /// the VM), idle and under load, against multipathd on the same LUNs.
     Scale(scale::Args),
+    /// Empty programs on the observer's tracepoints, held until
+    /// interrupted: the floor the benches measure pathpilot against.
+    #[command(hide = true)]
+    FloorProbes(floor::Args),
 }
 
 pub fn run(cmd: Cmd) -> Result<()> {
@@ -33,6 +38,26 @@ pub fn run(cmd: Cmd) -> Result<()> {
         Cmd::Reload(a) => reload::run(a),
         Cmd::Mpath(a) => mpath::run(a),
         Cmd::Scale(a) => scale::run(a),
+        Cmd::FloorProbes(a) => floor::run(a),
+    }
+}
+
+/// A host directory shared with the guest (a binary to run there),
+/// removed however the bench ends.
+pub struct Share(pub std::path::PathBuf);
+
+impl Share {
+    /// A new empty directory under the temporary directory.
+    pub fn new(prefix: &str) -> Result<Self> {
+        let dir = Share(std::env::temp_dir().join(format!("{prefix}-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0)?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use xtask::testbed::{AluaSpec, Backstore, Testbed};
 
-use super::{median, save};
+use super::{Share, median, save};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,16 +55,6 @@ pub struct Args {
 /// Where the guest keeps `--baseline-bin` (copied from the share, so that
 /// no row pages its code in over 9p).
 const BASELINE: &str = "/tmp/pathpilot-baseline";
-
-/// The host directory shared with the guest for `--baseline-bin`,
-/// removed however the bench ends.
-struct Share(PathBuf);
-
-impl Drop for Share {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Seconds from the load's start to its first figure, every row.
 const RAMP_S: u64 = 3;
@@ -361,8 +351,7 @@ pub fn run(a: Args) -> Result<()> {
             if !bin.is_file() {
                 bail!("--baseline-bin {}: no such file", bin.display());
             }
-            let dir = Share(std::env::temp_dir().join(format!("pp-scale-{}", std::process::id())));
-            std::fs::create_dir_all(&dir.0)?;
+            let dir = Share::new("pp-scale")?;
             std::fs::copy(bin, dir.0.join("pathpilot"))
                 .with_context(|| format!("copying {}", bin.display()))?;
             tb = tb.share(&dir.0);

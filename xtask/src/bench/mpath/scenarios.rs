@@ -5,8 +5,8 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use xtask::testbed::{Link, Testbed};
 
-use super::super::{Loss, ProgramReading, program_costs};
-use super::toggled;
+use super::super::{Loss, ProgramReading, Share, floor, program_costs};
+use super::toggled::{self, Observer};
 
 use super::{
     MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Tuned, Workload, compare,
@@ -442,7 +442,11 @@ pub fn switch(o: &Opts) -> Result<Report> {
 /// target, up to a bound; one still straddling it is reported
 /// inconclusive, never met.
 pub fn overhead(o: &Opts) -> Result<Report> {
-    let tb = boot(4, &[], Link::Throttle).boot()?;
+    // This binary reaches the guest for the empty programs (the floor).
+    let share = Share::new("pp-overhead")?;
+    floor::share_self(&share.0)?;
+    let tb = boot(4, &[], Link::Throttle).share(&share.0).boot()?;
+    floor::install_in_guest(&tb)?;
     let rig = Rig::new(&tb, o)?;
     let fio = "--rw=randread --bs=4k --iodepth=16";
     let io_bytes = 4096.0;
@@ -454,25 +458,38 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     r.notes.push(format!(
         "4 KiB random reads at QD16 on the map, in one fio run per case, fio's IOPS logged each \
          second: the daemon in observe mode started and stopped in turn, with and without its \
-         bio probe (bio_probe = false) in rotated order, each {window} s window with it between \
-         two {window} s windows without it, each window after {settle} s to settle (the \
-         daemon's start or exit); each window with it against the mean of its two neighbours; \
-         {first} windows per configuration, more (up to {most}) while either loss's 95% \
-         interval straddles the target; medians; the daemon's CPU share is of the one guest \
-         CPU in its windows",
+         bio probe (bio_probe = false), and empty programs on the same {n} tracepoints (the \
+         floor: what any program there costs), in rotated order, each {window} s window with \
+         one between two {window} s windows without any, each window after {settle} s to \
+         settle (a start or an exit); each window with one against the mean of its two \
+         neighbours; {first} windows per configuration, more (up to {most}) while either of \
+         the daemon's losses' 95% intervals straddles the target; medians; the CPU share is \
+         of the one guest CPU in its windows",
+        n = floor::tracepoints(true).len(),
         window = toggled::WINDOW.as_secs(),
         settle = toggled::SETTLE.as_secs(),
     ));
     let configs = [
-        ("observer", "observer", "", ""),
+        (
+            "observer",
+            "observer",
+            Observer::Daemon(""),
+            "pathpilot daemon --mode observe",
+        ),
         (
             "no bio probe",
             "observer without the bio probe",
-            "bio_probe = false\n",
-            ", bio_probe = false",
+            Observer::Daemon("bio_probe = false\n"),
+            "pathpilot daemon --mode observe, bio_probe = false",
+        ),
+        (
+            "empty programs",
+            "empty programs on the same tracepoints",
+            Observer::Floor,
+            "empty eBPF programs on the observer's tracepoints",
         ),
     ];
-    let extras: Vec<&str> = configs.iter().map(|c| c.2).collect();
+    let extras: Vec<Observer> = configs.iter().map(|c| c.2).collect();
     // The uncapped case first: its IOPS set the capped case's budget.
     let mut cpu_bound_iops = 0.0f64;
     for capped in [false, true] {
@@ -507,7 +524,11 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                     Loss::of(&bare, &with)
                 })
                 .collect();
-            let straddles = losses.iter().any(|l| l.within(target).is_none());
+            // The floor is measured, not judged.
+            let straddles = losses
+                .iter()
+                .zip(&configs)
+                .any(|(l, c)| c.2 != Observer::Floor && l.within(target).is_none());
             let done = t.pairs[0].len();
             if !straddles || done >= most {
                 break losses;
@@ -517,6 +538,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                 losses
                     .iter()
                     .zip(&configs)
+                    .filter(|(_, c)| c.2 != Observer::Floor)
                     .map(|(l, c)| {
                         let side = if l.within(target).is_none() {
                             format!("straddles {target}%")
@@ -551,8 +573,8 @@ pub fn overhead(o: &Opts) -> Result<Report> {
         if !capped {
             cpu_bound_iops = bare_iops;
             // Where the guest's time per I/O goes, program by program.
-            for (config, _, extra, _) in configs {
-                let note = guest_program_costs(&rig, fio, extra)
+            for (config, _, observer, _) in configs {
+                let note = guest_program_costs(&rig, fio, observer)
                     .with_context(|| format!("the programs' costs ({config})"))?;
                 eprintln!("bench: overhead / {config}: {note}");
                 r.notes.push(format!("{config}, {note}"));
@@ -568,20 +590,15 @@ pub fn overhead(o: &Opts) -> Result<Report> {
         } else {
             "guest CPU the limit (the per-I/O cost in full)"
         };
-        for (((config, said, _, how), loss), (pairs, cpu)) in
+        for (((config, said, observer, how), loss), (pairs, cpu)) in
             configs.iter().zip(losses).zip(t.pairs.iter().zip(&t.cpu))
         {
             let with: Vec<f64> = pairs.iter().map(|p| p.1).collect();
             let cpu_med = super::median(&mut cpu.clone());
             r.rows.push(
                 Row::new(&case, config, point(super::median(&mut with.clone())))
-                    .with(
-                        "setting",
-                        json!(format!(
-                            "pathpilot daemon --mode observe{how}, cpu {cpu_med:.1}%"
-                        )),
-                    )
-                    .with("daemon_cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
+                    .with("setting", json!(format!("{how}, cpu {cpu_med:.1}%")))
+                    .with("cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
                     .with(
                         "throughput_lost_pct",
                         json!((loss.mean * 10.0).round() / 10.0),
@@ -592,6 +609,14 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                     )
                     .with("runs", runs(&with)),
             );
+            if *observer == Observer::Floor {
+                r.notes.push(format!(
+                    "{case}: {said} (the floor, not judged): {:.1}% +- {:.1} (95%, {} windows \
+                     against their neighbours)",
+                    loss.mean, loss.half_width, loss.pairs
+                ));
+                continue;
+            }
             let what = format!(
                 "{what}: {said} costs <= {target}% throughput: {:.1}% +- {:.1} (95%, {} windows \
                  against their neighbours; daemon CPU {cpu_med:.1}%)",
@@ -607,33 +632,39 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     Ok(r)
 }
 
-/// One run of the daemon in observe mode (`extra` in its config) with the
-/// kernel's accounting of program runs on (`kernel.bpf_stats_enabled`,
-/// which times every run: never on in the rounds): each program's time
-/// per run and runs per I/O, against the guest's CPU time per I/O (its one
-/// CPU is the limit).
-fn guest_program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
+/// One run of `observer` (the daemon in observe mode, or the floor's empty
+/// programs) with the kernel's accounting of program runs on
+/// (`kernel.bpf_stats_enabled`, which times every run: never on in the
+/// rounds): each program's time per run and runs per I/O, against the
+/// guest's CPU time per I/O (its one CPU is the limit).
+fn guest_program_costs(rig: &Rig, fio: &str, observer: Observer) -> Result<String> {
     const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
     /// The programs by name, and the map's I/Os completed.
     type Reading = (BTreeMap<String, ProgramReading>, u64);
-    rig.start_daemon_with("observe", extra)?;
+    let pid = observer.start(rig)?;
     rig.tb.sh(&format!("echo 1 > {STATS}"))?;
     let read = || -> Result<Reading> {
-        let st = rig.status()?;
-        let progs = st["bpf_programs"]
-            .as_array()
-            .context("no bpf_programs in the status")?
-            .iter()
-            .map(|p| {
-                let name = p["program"].as_str().unwrap_or("").to_string();
-                let reading = (
-                    name.clone(),
-                    p["run_ns"].as_u64().unwrap_or(0),
-                    p["runs"].as_u64().unwrap_or(0),
-                );
-                (name, reading)
-            })
-            .collect();
+        let progs = match observer {
+            // The daemon says what its programs cost.
+            Observer::Daemon(_) => rig.status()?["bpf_programs"]
+                .as_array()
+                .context("no bpf_programs in the status")?
+                .iter()
+                .map(|p| {
+                    let name = p["program"].as_str().unwrap_or("").to_string();
+                    let reading = (
+                        name.clone(),
+                        p["run_ns"].as_u64().unwrap_or(0),
+                        p["runs"].as_u64().unwrap_or(0),
+                    );
+                    (name, reading)
+                })
+                .collect(),
+            Observer::Floor => floor::readings_in_guest(rig.tb, &pid)?
+                .into_values()
+                .map(|r| (r.0.clone(), r))
+                .collect(),
+        };
         // Reads and writes completed at the map: fio's I/Os.
         let k = rig.tb.sh(&format!("cat /sys/block/{}/stat", rig.dm))?;
         let f: Vec<u64> = k
@@ -652,7 +683,7 @@ fn guest_program_costs(rig: &Rig, fio: &str, extra: &str) -> Result<String> {
         anyhow::Ok((p0, k0, point, p1, k1))
     })();
     let off = rig.tb.sh(&format!("echo 0 > {STATS}"));
-    rig.stop_daemon()?;
+    observer.stop(rig, &pid)?;
     off?;
     let (p0, k0, point, p1, k1) = measured?;
     let ios = k1.saturating_sub(k0);

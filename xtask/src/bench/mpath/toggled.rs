@@ -11,6 +11,46 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use super::Rig;
+use crate::bench::floor;
+
+/// What is started and stopped between the windows without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observer<'a> {
+    /// The daemon in observe mode, these top-level keys added to its config.
+    Daemon(&'a str),
+    /// Empty programs on the observer's tracepoints (`bench::floor`; its
+    /// binary installed in the guest).
+    Floor,
+}
+
+impl Observer<'_> {
+    /// Starts it; its pid once its programs are attached.
+    pub fn start(self, rig: &Rig) -> Result<String> {
+        match self {
+            Observer::Daemon(extra) => {
+                rig.start_daemon_with("observe", extra)?;
+                Ok(rig.daemon_pid()?.to_string())
+            }
+            Observer::Floor => floor::start_in_guest(rig.tb),
+        }
+    }
+
+    /// Stops it and waits for it to go.
+    pub fn stop(self, rig: &Rig, pid: &str) -> Result<()> {
+        match self {
+            Observer::Daemon(_) => rig.stop_daemon(),
+            Observer::Floor => floor::stop_in_guest(rig.tb, pid),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Observer::Daemon("") => "the daemon".into(),
+            Observer::Daemon(extra) => format!("the daemon ({})", extra.trim()),
+            Observer::Floor => "the empty programs".into(),
+        }
+    }
+}
 
 /// Each window measured: long enough for four or five of fio's one-second
 /// samples, short enough that its neighbours are seconds away.
@@ -48,10 +88,10 @@ impl Toggled {
     }
 }
 
-/// One fio run of `fio` on the map, with the daemon in observe mode (each
-/// of `configs` added to its config, in turn, `rounds` times each, the
-/// order rotated from round to round) between windows without it.
-pub fn run(rig: &Rig, fio: &str, configs: &[&str], rounds: usize) -> Result<Toggled> {
+/// One fio run of `fio` on the map, with each of `configs` started in turn
+/// (`rounds` times each, the order rotated from round to round) between
+/// windows without any.
+pub fn run(rig: &Rig, fio: &str, configs: &[Observer], rounds: usize) -> Result<Toggled> {
     let log = "/tmp/toggled";
     let job = rig.tb.spawn(&format!(
         "rm -f {log}_iops.*.log; awk '{{print int($1*1000)}}' /proc/uptime > {log}.t0\n\
@@ -102,7 +142,7 @@ struct Mark {
 /// The windows, timed on the guest's clock, and the daemon's CPU in each
 /// of its own: without it, then each configuration followed by a window
 /// without it.
-fn windows(rig: &Rig, configs: &[&str], rounds: usize) -> Result<(Vec<Mark>, Vec<Vec<f64>>)> {
+fn windows(rig: &Rig, configs: &[Observer], rounds: usize) -> Result<(Vec<Mark>, Vec<Vec<f64>>)> {
     let uptime_ms = || -> Result<u64> {
         let t = rig.tb.sh("cat /proc/uptime")?;
         let s: f64 = t
@@ -144,22 +184,17 @@ fn windows(rig: &Rig, configs: &[&str], rounds: usize) -> Result<(Vec<Mark>, Vec
     let mut order: Vec<usize> = (0..configs.len()).collect();
     for _ in 0..rounds {
         for &c in &order {
-            rig.start_daemon_with("observe", configs[c])?;
-            let pid = rig.daemon_pid()?.to_string();
+            let pid = configs[c].start(rig)?;
             let (mark, used) = window(Some(c), Some(&pid))?;
-            rig.stop_daemon()?;
+            configs[c].stop(rig, &pid)?;
             cpu[c].push(used);
             marks.push(mark);
             marks.push(window(None, None)?.0);
             eprintln!(
-                "bench: toggled: window {} of {} with the daemon{} done",
+                "bench: toggled: window {} of {} with {} done",
                 marks.len() / 2,
                 rounds * configs.len(),
-                if configs[c].is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", configs[c].trim())
-                }
+                configs[c].describe()
             );
         }
         order.rotate_left(1);
