@@ -236,16 +236,23 @@ fn readings(log: &str, fdinfo: &str) -> BTreeMap<u32, ProgramReading> {
     out
 }
 
+/// Runs per I/O under which a program is not on the I/O's path.
+const OFF_PATH: f64 = 0.01;
+
 /// Per run, what a tool's programs would cost as empty programs on the
 /// same events: each of its programs' runs per I/O times the floor's ns
 /// per run of the program of the same name (as the kernel keeps it: a
 /// tool's may be shown whole, from its BTF). `None` when one of its
-/// programs has no counterpart in the floor.
+/// programs on the I/O's path has no counterpart in the floor. A program
+/// that ran for fewer than one I/O in a hundred is not on that path (the
+/// issue code's `block_rq_insert`, run by other disks' I/O on the host)
+/// and is left out: its floor is under a nanosecond per I/O.
 pub fn matched(
     tool: &BTreeMap<String, (f64, f64)>,
     floor: &BTreeMap<String, (f64, f64)>,
 ) -> Option<f64> {
     tool.iter()
+        .filter(|(_, (_, runs_per_io))| *runs_per_io >= OFF_PATH)
         .map(|(name, (_, runs_per_io))| {
             floor
                 .get(program_name(name))
@@ -299,5 +306,13 @@ mod tests {
         assert_eq!(matched(&tool, &floor), Some(35.0 * 2.0 + 40.0 * 3.0));
         let other: BTreeMap<String, (f64, f64)> = [("kprobe".to_string(), (1.0, 1.0))].into();
         assert_eq!(matched(&other, &floor), None);
+        // A program of its own off the I/O's path (the issue code's
+        // block_rq_insert, run by another disk) adds nothing.
+        let idle: BTreeMap<String, (f64, f64)> = [
+            ("block_rq_issue".to_string(), (72.0, 1.0)),
+            ("block_rq_insert".to_string(), (80.0, 0.002)),
+        ]
+        .into();
+        assert_eq!(matched(&idle, &floor), Some(35.0));
     }
 }
