@@ -317,8 +317,7 @@ impl Observer {
         if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(ObserveError::NoBtf);
         }
-        let bio = (bios == Bios::Probed).then_some(BIO_TRACEPOINT);
-        let attached: Vec<&str> = BTF_TRACEPOINTS.into_iter().chain(bio).collect();
+        let attached: Vec<&str> = pathpilot_common::tracepoints(bios == Bios::Probed).collect();
         // The kernel BTF is large: read the offsets and the attach ids and
         // let it go before the loader.
         let (layout, index) = {

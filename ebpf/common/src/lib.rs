@@ -24,6 +24,14 @@ pub const BTF_TRACEPOINTS: [&str; 7] = [
 /// The per-bio tracepoint.
 pub const BIO_TRACEPOINT: &str = "block_bio_queue";
 
+/// The tracepoints attached: every one of [`BTF_TRACEPOINTS`], and
+/// [`BIO_TRACEPOINT`] when `bio`.
+pub fn tracepoints(bio: bool) -> impl Iterator<Item = &'static str> {
+    BTF_TRACEPOINTS
+        .into_iter()
+        .chain(bio.then_some(BIO_TRACEPOINT))
+}
+
 /// log2 buckets of the request-size histogram: bucket k counts sizes in
 /// `[2^k, 2^(k+1))` bytes, the last bucket also holds everything larger.
 pub const SIZE_BUCKETS: usize = 32;

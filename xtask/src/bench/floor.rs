@@ -16,12 +16,12 @@
 use std::{
     collections::BTreeMap,
     ffi::CString,
+    os::fd::AsRawFd,
     os::fd::{FromRawFd, OwnedFd},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
-use pathpilot_common::{BIO_TRACEPOINT, BTF_TRACEPOINTS};
 use xtask::testbed::Testbed;
 
 use super::ProgramReading;
@@ -35,10 +35,7 @@ pub struct Args {
 
 /// The events pathpilot's observer is on, as it attaches them.
 pub fn tracepoints(bio: bool) -> Vec<&'static str> {
-    BTF_TRACEPOINTS
-        .into_iter()
-        .chain(bio.then_some(BIO_TRACEPOINT))
-        .collect()
+    pathpilot_common::tracepoints(bio).collect()
 }
 
 /// The name the kernel keeps for a program (`BPF_OBJ_NAME_LEN` less its
@@ -82,25 +79,18 @@ fn attach(tracepoint: &str) -> Result<(OwnedFd, OwnedFd, u32)> {
     put(&mut a, 48, program_name(tracepoint).as_bytes());
     let prog = bpf(BPF_PROG_LOAD, &mut a).with_context(|| format!("loading {tracepoint}"))?;
     let prog = unsafe { OwnedFd::from_raw_fd(prog) };
+    let prog_fd = (prog.as_raw_fd() as u32).to_ne_bytes();
     let name = CString::new(tracepoint)?;
     let mut a = [0u8; 128];
     put(&mut a, 0, &(name.as_ptr() as u64).to_ne_bytes());
-    put(
-        &mut a,
-        8,
-        &(std::os::fd::AsRawFd::as_raw_fd(&prog) as u32).to_ne_bytes(),
-    );
+    put(&mut a, 8, &prog_fd);
     let link =
         bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).with_context(|| format!("attaching {tracepoint}"))?;
     let link = unsafe { OwnedFd::from_raw_fd(link) };
     // bpf_prog_info begins (type, id).
     let mut info = [0u32; 2];
     let mut a = [0u8; 128];
-    put(
-        &mut a,
-        0,
-        &(std::os::fd::AsRawFd::as_raw_fd(&prog) as u32).to_ne_bytes(),
-    );
+    put(&mut a, 0, &prog_fd);
     put(
         &mut a,
         4,
@@ -171,26 +161,17 @@ pub fn start_in_guest(tb: &Testbed) -> Result<String> {
         "({GUEST_BIN} bench floor-probes > {GUEST_LOG} 2>&1 & echo $!)"
     ))?;
     let pid = pid.trim().to_string();
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(30) {
-        if tb.run(&format!("grep -q observing {GUEST_LOG}"))?.success() {
-            return Ok(pid);
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    if tb.until_success(
+        &format!("grep -q observing {GUEST_LOG}"),
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+    )? {
+        return Ok(pid);
     }
     bail!(
         "the empty programs were not attached:\n{}",
         tb.sh(&format!("cat {GUEST_LOG}"))?
     )
-}
-
-/// Interrupts the floor and waits for it to go (its programs with it).
-pub fn stop_in_guest(tb: &Testbed, pid: &str) -> Result<()> {
-    tb.sh(&format!(
-        "kill -INT {pid}; i=0; while [ -d /proc/{pid} ] && [ $i -lt 100 ]; do sleep 0.1; \
-         i=$((i+1)); done; [ ! -d /proc/{pid} ]"
-    ))?;
-    Ok(())
 }
 
 /// The floor's programs as the kernel accounts them, from the fds of the
@@ -268,7 +249,7 @@ mod tests {
     #[test]
     fn the_floor_is_on_the_observers_events_named_as_aya_names_them() {
         let all = tracepoints(true);
-        assert_eq!(all.len(), BTF_TRACEPOINTS.len() + 1);
+        assert_eq!(all.len(), pathpilot_common::BTF_TRACEPOINTS.len() + 1);
         assert!(all.contains(&"block_bio_queue"));
         assert!(!tracepoints(false).contains(&"block_bio_queue"));
         assert_eq!(program_name("block_rq_complete"), "block_rq_comple");

@@ -71,6 +71,28 @@ impl Testbed {
             f,
         ))
     }
+
+    /// Whether `script` succeeded within `timeout`, tried every `every`.
+    pub fn until_success(&self, script: &str, timeout: Duration, every: Duration) -> Result<bool> {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if self.run(script)?.success() {
+                return Ok(true);
+            }
+            std::thread::sleep(every);
+        }
+        Ok(false)
+    }
+
+    /// SIGTERM to guest process `pid`, and an error unless it is gone
+    /// within 10 s.
+    pub fn terminate(&self, pid: &str) -> Result<()> {
+        self.sh(&format!(
+            "kill {pid}; i=0; while [ -d /proc/{pid} ] && [ $i -lt 100 ]; do sleep 0.1; \
+             i=$((i+1)); done; [ ! -d /proc/{pid} ]"
+        ))?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

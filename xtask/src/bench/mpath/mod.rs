@@ -907,16 +907,12 @@ flap_hold_secs = 6
             "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/bench.toml <<'EOF'\n{cfg}EOF\n\
              (pathpilot daemon --config /etc/pathpilot/bench.toml > /tmp/daemon.log 2>&1 &)"
         ))?;
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(30) {
-            if self
-                .tb
-                .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null 2>&1")?
-                .success()
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(300));
+        if self.tb.until_success(
+            "pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null 2>&1",
+            Duration::from_secs(30),
+            Duration::from_millis(300),
+        )? {
+            return Ok(());
         }
         bail!(
             "the daemon did not come up:\n{}",
@@ -936,11 +932,7 @@ flap_hold_secs = 6
 
     /// SIGTERM, and wait for it to go (the maps stay as they are).
     pub fn stop_daemon(&self) -> Result<()> {
-        let pid = self.daemon_pid()?;
-        self.tb.sh(&format!(
-            "kill {pid}; i=0; while [ -d /proc/{pid} ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; [ ! -d /proc/{pid} ]"
-        ))?;
-        Ok(())
+        self.tb.terminate(&self.daemon_pid()?.to_string())
     }
 
     /// Starts `fio_args` on the map in the background until [`Self::stop_load`].

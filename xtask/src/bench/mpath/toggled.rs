@@ -1,11 +1,12 @@
 //! The observer's cost measured inside one fio run: the daemon (or the
 //! floor's empty programs, see [`Observer`]) started and stopped in turn
 //! while fio runs on, fio's IOPS logged each second, and each window with
-//! it compared with the windows without it on either side. Separate fio runs drift: in the testbed guest, runs of the
-//! same configuration a minute apart differ by 10-15%, and one boot's level
-//! by more than another's, which swamped a loss of a few percent (16.5% +-
-//! 9.3 from rotated 10 s runs, where toggling in one run measured 6-9% +-
-//! 2). Windows seconds apart, in one run, share the guest's state.
+//! it compared with the windows without it on either side. Separate fio
+//! runs drift: in the testbed guest, runs of the same configuration a
+//! minute apart differ by 10-15%, and one boot's level by more than
+//! another's, which swamped a loss of a few percent (16.5% +- 9.3 from
+//! rotated 10 s runs, where toggling in one run measured 6-9% +- 2).
+//! Windows seconds apart, in one run, share the guest's state.
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -39,7 +40,7 @@ impl Observer<'_> {
     pub fn stop(self, rig: &Rig, pid: &str) -> Result<()> {
         match self {
             Observer::Daemon(_) => rig.stop_daemon(),
-            Observer::Floor => floor::stop_in_guest(rig.tb, pid),
+            Observer::Floor => rig.tb.terminate(pid),
         }
     }
 
