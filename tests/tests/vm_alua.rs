@@ -288,21 +288,20 @@ fn the_tuner_works_inside_the_optimized_group() -> Result<()> {
     wait_map_ready(&tb, 4)?;
     let (hw, g) = groups(&tb)?;
     assert_eq!(hw, "alua");
-    // Inside a group the order is discovery's (a port whose disk answers
-    // late joins its group last), and selects nothing here.
-    let sets = |g: &[Vec<String>]| -> Vec<Vec<String>> {
-        g.iter()
-            .map(|v| {
-                let mut v = v.clone();
-                v.sort();
-                v
-            })
-            .collect()
+    // Inside a group, device-number order, whichever port's disk answered
+    // first (one that answers late joins the map later).
+    let in_order = |v: &[String]| -> Vec<String> {
+        let mut v = v.to_vec();
+        v.sort_by_key(|d| {
+            d.split_once(':')
+                .map(|(a, b)| (a.parse::<u32>().unwrap_or(0), b.parse::<u32>().unwrap_or(0)))
+        });
+        v
     };
     assert_eq!(
-        sets(&g),
-        sets(&[devs[..2].to_vec(), devs[2..].to_vec()]),
-        "the two optimized ports first"
+        g,
+        vec![in_order(&devs[..2]), in_order(&devs[2..])],
+        "the two optimized ports first, each group in device order"
     );
     let start = table(&tb)?;
 

@@ -51,7 +51,8 @@ pub struct Args {
     /// Remove a path from the map (repeatable).
     #[arg(long = "remove-path", value_name = "PATH")]
     pub remove_path: Vec<String>,
-    /// Add a path with the map's WWID to the first group (repeatable).
+    /// Add a path with the map's WWID to the first group, in device-number
+    /// order among its paths (repeatable).
     #[arg(long = "add-path", value_name = "PATH")]
     pub add_path: Vec<String>,
     /// Show the change, do nothing.

@@ -123,7 +123,10 @@ pub fn table(
 
 /// `table` regrouped under `policy` for new priorities, keeping every
 /// path's selector and arguments (weights stay with their path): `None`
-/// when the grouping is already that (same groups, same order).
+/// when the grouping is already that (the same groups in the same order;
+/// the order of paths inside a group selects nothing and is not worth a
+/// reload). A new grouping lists each group's paths in device-number
+/// order, as a table built from discovery does, however they arrived.
 pub fn regroup(
     table: &MultipathTable,
     policy: Grouping,
@@ -133,16 +136,25 @@ pub fn regroup(
         .paths()
         .filter_map(|p| paths.iter().find(|c| c.dev == p.dev).copied())
         .collect();
-    let want = group(policy, &in_table);
+    // Paths the table has that discovery did not report stay where they
+    // are; compare only what both know.
+    if in_table.len() != table.paths().count() {
+        return None;
+    }
+    let sorted = |mut devs: Vec<DevNum>| {
+        devs.sort();
+        devs
+    };
+    let want_devs: Vec<Vec<DevNum>> = group(policy, &in_table)
+        .into_iter()
+        .map(|(_, g)| sorted(g))
+        .collect();
     let have: Vec<Vec<DevNum>> = table
         .groups
         .iter()
-        .map(|g| g.paths.iter().map(|p| p.dev).collect())
+        .map(|g| sorted(g.paths.iter().map(|p| p.dev).collect()))
         .collect();
-    let want_devs: Vec<Vec<DevNum>> = want.iter().map(|(_, g)| g.clone()).collect();
-    // Paths the table has that discovery did not report stay where they
-    // are; compare only what both know.
-    if in_table.len() != table.paths().count() || want_devs == have {
+    if want_devs == have {
         return None;
     }
     let mut t = table.clone();
@@ -334,6 +346,23 @@ mod tests {
     }
 
     #[test]
+    fn a_regrouping_lists_paths_in_device_order_and_order_alone_is_no_reason() {
+        // 8:64 joined late, into the last group, and turned out optimized.
+        let t = line(
+            "0 8 multipath 0 1 alua 2 1 round-robin 0 1 1 8:80 1 round-robin 0 2 1 8:112 1 8:64 1",
+        );
+        let p = [c(64, 50, 1), c(80, 50, 1), c(112, 10, 2)];
+        let r = regroup(&t, Grouping::GroupByPrio, &p).unwrap();
+        assert_eq!(
+            r.render_line(),
+            "0 8 multipath 0 1 alua 2 1 round-robin 0 2 1 8:64 1 8:80 1 round-robin 0 1 1 8:112 1"
+        );
+        // The right groups in another order inside: left as they are.
+        let q = [c(64, 10, 2), c(80, 50, 1), c(112, 10, 2)];
+        assert_eq!(regroup(&t, Grouping::GroupByPrio, &q), None);
+    }
+
+    #[test]
     fn a_marginal_path_is_set_aside_in_a_last_group_and_taken_back() {
         let live = line("0 100 multipath 0 0 1 1 service-time 0 3 2 8:0 1 10 8:16 1 20 8:32 1 40");
         let sdb = DevNum::new(8, 16);
@@ -347,8 +376,10 @@ mod tests {
         assert_eq!(set_aside(&aside, &aside, &[sdb]), aside);
         assert_eq!(
             take_back(&aside, sdb, 1).render_line(),
-            "0 100 multipath 0 0 1 1 service-time 0 3 2 8:0 1 10 8:32 1 40 8:16 1 20"
+            "0 100 multipath 0 0 1 1 service-time 0 3 2 8:0 1 10 8:16 1 20 8:32 1 40"
         );
+        // Back in its place: the table it was set aside from.
+        assert_eq!(take_back(&aside, sdb, 1), live);
         // Never every path aside.
         let two = [DevNum::new(8, 0), DevNum::new(8, 32)];
         let all = [two[0], sdb, two[1]];

@@ -702,8 +702,13 @@ impl MultipathTable {
         Ok(removed)
     }
 
-    /// Appends a path to group `group` (1-based). Its arguments must have the
-    /// group's arity; [`Selector::default_path_args`] gives a fitting value.
+    /// Adds a path to group `group` (1-based), in device-number order:
+    /// before the first path with a higher one. A table built from
+    /// discovery lists its paths in that order, so one that joins later
+    /// (a disk that answered late, a path taken back from a marginal
+    /// group) lands where it would have been, and the table reads the same
+    /// however its paths arrived. Its arguments must have the group's
+    /// arity; [`Selector::default_path_args`] gives a fitting value.
     pub fn add_path(&mut self, group: usize, path: Path) -> Result<(), ModelError> {
         if self.find_path(path.dev).is_some() {
             return Err(ModelError::DuplicatePath(path.dev));
@@ -720,7 +725,12 @@ impl MultipathTable {
                 got: path.args.arity(),
             });
         }
-        g.paths.push(path);
+        let at = g
+            .paths
+            .iter()
+            .position(|p| p.dev > path.dev)
+            .unwrap_or(g.paths.len());
+        g.paths.insert(at, path);
         Ok(())
     }
 }
@@ -990,6 +1000,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.render_params(), "0 0 1 1 round-robin 0 2 1 8:32 1 8:48 1");
+        // A path that joins late goes where discovery would have put it.
+        t.add_path(
+            1,
+            Path {
+                dev: d(8, 16),
+                args: PathArgs::RepeatCount(1),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            t.render_params(),
+            "0 0 1 1 round-robin 0 3 1 8:16 1 8:32 1 8:48 1"
+        );
     }
 
     #[test]

@@ -84,6 +84,15 @@ mod tests {
             p.table
         );
         assert_eq!(plan(&p.table, &[], &[("sde".into(), d(64))], 0), None);
+        // sdb comes back: in its place, as a table built with it reads.
+        let p = plan(&p.table, &[], &[("sdb".into(), d(16))], 0).unwrap();
+        assert!(
+            p.table
+                .render_params()
+                .ends_with("8:0 1 1 8:16 1 1 8:32 1 1 8:64 1 1"),
+            "{}",
+            p.table
+        );
     }
 
     #[test]
