@@ -201,15 +201,12 @@ pub fn start_daemon(tb: &Testbed, cfg: &str, env: &str) -> Result<()> {
          {env} pathpilot daemon --config /etc/pathpilot/test.toml >> /tmp/daemon.log 2>&1 &\n\
          echo $! > /tmp/daemon.pid"
     ))?;
-    let t = std::time::Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
-        if tb
-            .run("pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null")?
-            .success()
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    if tb.until_success(
+        "pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+    )? {
+        return Ok(());
     }
     bail!("the daemon did not come up:\n{}", daemon_log(tb))
 }

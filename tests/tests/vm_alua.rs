@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use pathpilot::mpath::MultipathTable;
+use pathpilot::{blockdev::DevNum, mpath::MultipathTable};
 use pathpilot_tests::{
     boot_or_skip,
     vm::{
@@ -292,10 +292,7 @@ fn the_tuner_works_inside_the_optimized_group() -> Result<()> {
     // first (one that answers late joins the map later).
     let in_order = |v: &[String]| -> Vec<String> {
         let mut v = v.to_vec();
-        v.sort_by_key(|d| {
-            d.split_once(':')
-                .map(|(a, b)| (a.parse::<u32>().unwrap_or(0), b.parse::<u32>().unwrap_or(0)))
-        });
+        v.sort_by_key(|d| d.parse::<DevNum>().ok());
         v
     };
     assert_eq!(
