@@ -56,6 +56,8 @@ fn bad_values_are_usage_errors() {
         vec!["stat", "--interval", "soon", "loop0"],
         vec!["stat", "--count", "-3", "loop0"],
         vec!["stat", "/dev/null"],
+        // The old opt-out is still accepted, but not beside the opt-in.
+        vec!["stat", "--bio-probe", "--no-bio-probe", "loop0"],
     ] {
         let out = Command::new(pathpilot_bin()).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
@@ -125,39 +127,56 @@ fn json_stream_has_one_object_per_device_per_interval() {
     );
 }
 
-#[test]
-fn without_the_bio_probe_bios_still_add_up() {
+/// `stat DEV EXTRA --json` over 2 s of a new loop device while 50
+/// direct writes of 64 KiB go to it: the programs it loaded, and the sum
+/// of each figure over its objects.
+fn programs_and_sums_of_writes(extra: &[&str]) -> (usize, impl Fn(&str) -> u64) {
     let lo = LoopDev::new(16);
-    let (child, _err) = stat_observing(&[
-        "stat",
-        &lo.path,
-        "--no-bio-probe",
-        "--json",
-        "--interval",
-        "1s",
-        "--count",
-        "2",
-    ]);
-    let ours = program_ids_of(child.id());
-    assert_eq!(
-        ours.len(),
-        pathpilot::observer::BTF_TRACEPOINTS.len(),
-        "no program on block_bio_queue: {ours:?}"
-    );
+    let mut args = vec!["stat", &lo.path];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--json", "--interval", "1s", "--count", "2"]);
+    let (child, _err) = stat_observing(&args);
+    let programs = program_ids_of(child.id()).len();
     let objs = json_after_writes(child, &lo.path);
-    let sum = |k: &str| objs.iter().map(|o| o[k].as_u64().unwrap()).sum::<u64>();
+    let sum = move |k: &str| {
+        objs.iter()
+            .map(|o| o[k].as_u64().unwrap_or_else(|| panic!("{k} in {o}")))
+            .sum::<u64>()
+    };
+    (programs, sum)
+}
+
+#[test]
+fn by_default_there_is_no_bio_probe_and_bios_still_add_up() {
+    let (programs, sum) = programs_and_sums_of_writes(&[]);
     assert_eq!(
-        (sum("bios"), sum("bio_bytes")),
-        (50, 50 * 65536),
-        "{objs:?}"
+        programs,
+        pathpilot::observer::BTF_TRACEPOINTS.len(),
+        "no program on block_bio_queue"
     );
-    assert_eq!((sum("splits"), sum("sequential_bios")), (0, 0), "{objs:?}");
+    assert_eq!((sum("bios"), sum("bio_bytes")), (50, 50 * 65536));
+    assert_eq!((sum("splits"), sum("sequential_bios")), (0, 0));
+}
+
+#[test]
+fn the_bio_probe_counts_bios_one_by_one_in_their_order() {
+    let (programs, sum) = programs_and_sums_of_writes(&["--bio-probe"]);
+    assert_eq!(
+        programs,
+        1 + pathpilot::observer::BTF_TRACEPOINTS.len(),
+        "a program on block_bio_queue too"
+    );
+    assert_eq!((sum("bios"), sum("bio_bytes")), (50, 50 * 65536));
+    // dd writes one bio after the other: each where the last one ended
+    // (the first perhaps not).
+    assert_eq!(sum("sequential_bios") + sum("random_bios"), 50);
+    assert!(sum("sequential_bios") >= 49, "{}", sum("sequential_bios"));
 }
 
 #[test]
 fn ctrl_c_detaches_everything() {
     let lo = LoopDev::new(16);
-    let (mut child, _err) = stat_observing(&["stat", &lo.path]);
+    let (mut child, _err) = stat_observing(&["stat", "--bio-probe", &lo.path]);
     let ours = program_ids_of(child.id());
     assert_eq!(
         ours.len(),

@@ -1,7 +1,7 @@
 //! `pathpilot daemon` against real dm-multipath in the VM: it tunes
 //! unequal paths from round-robin to what the best static setting gets (and
 //! to 90% of the paths' caps within 40 s), observe mode changes
-//! nothing, without its bio probe it still classifies a split workload by
+//! nothing, without its bio probe (the default) it still classifies a split workload by
 //! its bios, a pulled path pauses tuning without I/O errors, and bad input
 //! on the control socket leaves it serving.
 use std::time::{Duration, Instant};
@@ -277,14 +277,14 @@ fn observe_mode_changes_nothing() -> Result<()> {
 }
 
 #[test]
-fn without_the_bio_probe_a_split_workload_keeps_its_class() -> Result<()> {
+fn without_the_bio_probe_the_default_a_split_workload_keeps_its_class() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(2).caps_mib(&[20.0, 20.0]));
     tb.sh("pathpilot create --all --selector round-robin >/dev/null")?;
     // 512 KiB reads, split in four in the map's queue: counted as requests,
     // they would look like 128 KiB ones (a medium workload, not a large).
     tb.sh("echo 128 > /sys/block/dm-0/queue/max_sectors_kb")?;
-    let cfg = format!("bio_probe = false\n{}", config("observe", "service-time"));
-    start_daemon(&tb, &cfg, "")?;
+    // The default config: no bio probe.
+    start_daemon(&tb, &config("observe", "service-time"), "")?;
     tb.sh(
         "(fio --name=s --filename=/dev/dm-0 --rw=read --bs=512k --direct=1 --ioengine=libaio \
          --iodepth=4 --runtime=20 --time_based --output=/dev/null >/dev/null 2>&1 &)",

@@ -28,7 +28,8 @@ use super::ProgramReading;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Leave out block_bio_queue, as `pathpilot stat --no-bio-probe`.
+    /// Leave out block_bio_queue, as pathpilot does unless asked for its
+    /// per-bio probe.
     #[arg(long)]
     no_bio_probe: bool,
 }

@@ -4,8 +4,10 @@
 //! within each round so drift on this shared machine hits every side. The
 //! kernel's own accounting (`kernel.bpf_stats_enabled`) gives each tool's
 //! eBPF time: run_time_ns summed over its programs, divided by fio's I/Os.
-//! With `--baseline-rev REV`, the pathpilot of another commit runs in the
-//! same rounds (before and after, measured alike). Empty programs on
+//! pathpilot runs as it comes and with `--bio-probe`. With `--baseline-rev
+//! REV`, the pathpilot of another commit runs in the same rounds (before
+//! and after, measured alike), with that commit's defaults (before the
+//! bio probe became opt-in, that is the `--bio-probe` row's work). Empty programs on
 //! pathpilot's tracepoints run in the same rounds too (`bench::floor`):
 //! the floor under any program on those events, which pathpilot's time is
 //! also read against.
@@ -128,9 +130,11 @@ fn fio(dev: &str, secs: u64) -> Result<(f64, u64)> {
 #[derive(Clone, Debug, PartialEq)]
 enum Tool {
     Bare,
+    /// `pathpilot stat` as it comes: no per-bio probe.
     Pathpilot(PathBuf),
-    /// The same without its per-bio probe (`stat --no-bio-probe`).
-    Lean(PathBuf),
+    /// The same with its per-bio probe (`stat --bio-probe`: cgroup bytes,
+    /// bio order), as every pathpilot before the probe became opt-in.
+    WithBios(PathBuf),
     Baseline(PathBuf),
     Biolatency,
     /// Empty programs on pathpilot's tracepoints (see `bench::floor`).
@@ -142,7 +146,7 @@ impl Tool {
         match self {
             Tool::Bare => "bare",
             Tool::Pathpilot(_) => "pathpilot",
-            Tool::Lean(_) => "pathpilot --no-bio-probe",
+            Tool::WithBios(_) => "pathpilot --bio-probe",
             Tool::Baseline(_) => "pathpilot (baseline)",
             Tool::Biolatency => "biolatency",
             Tool::Floor => "empty programs",
@@ -153,18 +157,21 @@ impl Tool {
     fn start(&self, dev: &str) -> Result<Option<Child>> {
         let mut c = match self {
             Tool::Bare => return Ok(None),
-            Tool::Pathpilot(bin) | Tool::Lean(bin) | Tool::Baseline(bin) => Command::new(bin)
+            Tool::Pathpilot(bin) | Tool::WithBios(bin) | Tool::Baseline(bin) => Command::new(bin)
                 .args(["stat", dev, "--interval", "1s", "--json"])
-                .args(matches!(self, Tool::Lean(_)).then_some("--no-bio-probe"))
+                .args(matches!(self, Tool::WithBios(_)).then_some("--bio-probe"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()?,
-            Tool::Biolatency => Command::new("bpftrace")
-                .args(["-e", BIOLATENCY])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("bpftrace (cargo xtask setup installs it)")?,
+            Tool::Biolatency => {
+                tracefs()?;
+                Command::new("bpftrace")
+                    .args(["-e", BIOLATENCY])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("bpftrace (cargo xtask setup installs it)")?
+            }
             Tool::Floor => Command::new(std::env::current_exe()?)
                 .args(["bench", "floor-probes"])
                 .stdout(Stdio::null())
@@ -181,20 +188,57 @@ impl Tool {
         };
         let mut r = std::io::BufReader::new(r);
         let t = Instant::now();
+        // What it said before it failed to start, for the error.
+        let mut said = String::new();
         while !line.contains(want) {
             line.clear();
             if r.read_line(&mut line)? == 0 || t.elapsed() > Duration::from_secs(30) {
-                bail!("{} did not start", self.name());
+                let _ = c.kill();
+                // bpftrace's errors are on the stream not read above.
+                if let Some(mut e) = c.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut said);
+                }
+                let _ = c.wait();
+                bail!("{} did not start: {}", self.name(), said.trim());
             }
+            said.push_str(&line);
         }
         // Keep draining its output so it never blocks on a full pipe.
+        let rest: Option<Box<dyn std::io::Read + Send>> = c
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>);
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut r, &mut std::io::sink());
         });
+        if let Some(mut e) = rest {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut e, &mut std::io::sink());
+            });
+        }
         // bpftrace prints before its programs are all attached.
         std::thread::sleep(Duration::from_millis(500));
         Ok(Some(c))
     }
+}
+
+/// bpftrace finds the classic tracepoints (biolatency's) through tracefs,
+/// which a fresh machine may not have mounted; pathpilot itself needs no
+/// tracefs. Mounted where the kernel expects it, as bpftrace's docs ask.
+fn tracefs() -> Result<()> {
+    let has = |dir: &str| std::path::Path::new(dir).join("events/block").is_dir();
+    if has("/sys/kernel/tracing") || has("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    run_cmd(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+        .context(
+            "biolatency's classic tracepoints need tracefs: mounting it at /sys/kernel/tracing",
+        )?;
+    if !has("/sys/kernel/tracing") {
+        bail!("tracefs mounted at /sys/kernel/tracing holds no block events");
+    }
+    println!("bench observer: mounted tracefs at /sys/kernel/tracing (for bpftrace's biolatency)");
+    Ok(())
 }
 
 fn stop(c: Option<Child>) -> Result<()> {
@@ -302,11 +346,7 @@ fn floor_lines(runs: &BTreeMap<&'static str, Vec<Run>>) -> Vec<String> {
         super::floor::tracepoints(true).len()
     )];
     let mut above_of = BTreeMap::new();
-    for name in [
-        "pathpilot",
-        "pathpilot --no-bio-probe",
-        "pathpilot (baseline)",
-    ] {
+    for name in ["pathpilot", "pathpilot --bio-probe", "pathpilot (baseline)"] {
         let Some(v) = runs.get(name) else { continue };
         let (mut at, mut above): (Vec<f64>, Vec<f64>) = v
             .iter()
@@ -328,7 +368,7 @@ fn floor_lines(runs: &BTreeMap<&'static str, Vec<Run>>) -> Vec<String> {
     }
     // Beside issue 14's measure (all of the time), not instead of it.
     if let Some(base) = above_of.get("pathpilot (baseline)") {
-        for name in ["pathpilot", "pathpilot --no-bio-probe"] {
+        for name in ["pathpilot", "pathpilot --bio-probe"] {
             if let Some(a) = above_of.get(name) {
                 out.push(format!(
                     "{name} above the floor against the baseline above it: {:.2}x (the \
@@ -380,7 +420,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut tools = vec![
         Tool::Bare,
         Tool::Pathpilot(bin.clone()),
-        Tool::Lean(bin.clone()),
+        Tool::WithBios(bin.clone()),
         Tool::Biolatency,
         Tool::Floor,
     ];
@@ -491,7 +531,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let anchor = ns["biolatency"];
     println!();
-    for name in ["pathpilot", "pathpilot --no-bio-probe"] {
+    for name in ["pathpilot", "pathpilot --bio-probe"] {
         let pp = ns[name];
         println!(
             "target {}: {name}'s eBPF per I/O <= biolatency's: {pp:.0} vs {anchor:.0} ns ({:.2}x)",
@@ -615,7 +655,7 @@ mod tests {
             ],
         );
         runs.insert(
-            "pathpilot --no-bio-probe",
+            "pathpilot",
             vec![
                 run(200.0, &[("issue", 90.0, 1.0), ("done", 110.0, 1.0)]),
                 run(230.0, &[("issue", 100.0, 1.0), ("done", 130.0, 1.0)]),
@@ -631,7 +671,7 @@ mod tests {
         // Rounds: 200 - 70 and 230 - 80; the floor of its runs 70 and 80.
         assert_eq!(
             l[1],
-            "pathpilot --no-bio-probe: 140 ns per I/O above the floor of its own programs' runs \
+            "pathpilot: 140 ns per I/O above the floor of its own programs' runs \
              (75 ns)"
         );
         runs.insert(
@@ -645,9 +685,7 @@ mod tests {
         assert_eq!(l.len(), 4, "{l:?}");
         // 140 above the floor against the baseline's 560.
         assert!(
-            l[3].starts_with(
-                "pathpilot --no-bio-probe above the floor against the baseline above it: 0.25x"
-            ),
+            l[3].starts_with("pathpilot above the floor against the baseline above it: 0.25x"),
             "{}",
             l[3]
         );

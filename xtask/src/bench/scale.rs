@@ -10,6 +10,7 @@
 //! syscall costs tens of times what it does on hardware, so the figures
 //! compare rows with each other, not with a real host.
 use std::{
+    collections::BTreeMap,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -154,15 +155,39 @@ fn status(tb: &Testbed) -> Result<Value> {
     Ok(v["data"].clone())
 }
 
-/// The engine's CPU seconds since it started on the works named.
-fn engine_secs(tb: &Testbed, works: &[&str]) -> Result<f64> {
+/// The engine's CPU seconds since it started, by work.
+fn engine_works(tb: &Testbed) -> Result<BTreeMap<String, f64>> {
     Ok(status(tb)?["engine_secs"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| p[0].as_str().is_some_and(|w| works.contains(&w)))
-        .filter_map(|p| p[1].as_f64())
+        .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_f64()?)))
+        .collect())
+}
+
+/// The engine's CPU seconds since it started on the works named.
+fn engine_secs(tb: &Testbed, works: &[&str]) -> Result<f64> {
+    Ok(engine_works(tb)?
+        .iter()
+        .filter(|(w, _)| works.contains(&w.as_str()))
+        .map(|(_, s)| s)
         .sum())
+}
+
+/// The engine's CPU between two readings by work, in ms, the largest
+/// first: where a figure's time went (the engine thread is nearly all of
+/// the process; its checker threads mostly sleep).
+fn by_work(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let mut v: Vec<(&str, f64)> = after
+        .iter()
+        .map(|(w, s)| (w.as_str(), (s - before.get(w).unwrap_or(&0.0)) * 1000.0))
+        .filter(|(_, ms)| *ms >= 0.5)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.iter()
+        .map(|(w, ms)| format!("{w} {ms:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A window's work: the observer, the knob read-back, the window itself.
@@ -295,17 +320,34 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
         a.secs + a.hold + a.steady_secs + 2 * RAMP_S
     ))?;
     std::thread::sleep(Duration::from_secs(RAMP_S));
-    let (cpu_load, load) = tb.cpu_over(&pid, a.secs)?;
-    std::thread::sleep(Duration::from_secs(a.hold));
     let is_pp = matches!(d, Daemon::Pathpilot { .. });
+    let w0 = is_pp.then(|| engine_works(tb)).transpose()?;
+    let (cpu_load, load) = tb.cpu_over(&pid, a.secs)?;
+    if let Some(w0) = w0 {
+        eprintln!(
+            "bench: scale / {}: the engine's CPU while the tuners explore, ms: {}",
+            d.label(),
+            by_work(&w0, &engine_works(tb)?)
+        );
+    }
+    std::thread::sleep(Duration::from_secs(a.hold));
     let t0 = is_pp.then(|| tuners(tb)).transpose()?;
-    let s0 = is_pp.then(|| engine_secs(tb, SCAN_WORK)).transpose()?;
+    let w2 = is_pp.then(|| engine_works(tb)).transpose()?;
     let (cpu_steady, steady) = tb.cpu_over(&pid, a.steady_secs)?;
+    let w3 = is_pp.then(|| engine_works(tb)).transpose()?;
+    if let (Some(w2), Some(w3)) = (&w2, &w3) {
+        eprintln!(
+            "bench: scale / {}: the engine's CPU under steady load, ms: {}",
+            d.label(),
+            by_work(w2, w3)
+        );
+    }
     let t1 = is_pp.then(|| tuners(tb)).transpose()?;
-    let scan_ms_per_min = match s0 {
-        Some(s0) => Some((engine_secs(tb, SCAN_WORK)? - s0) * 1000.0 * 60.0 / a.steady_secs as f64),
-        None => None,
-    };
+    let scan_ms_per_min = w2.zip(w3).map(|(w2, w3)| {
+        let scan =
+            |w: &BTreeMap<String, f64>| SCAN_WORK.iter().filter_map(|k| w.get(*k)).sum::<f64>();
+        (scan(&w3) - scan(&w2)) * 1000.0 * 60.0 / a.steady_secs as f64
+    });
     let steady_tuners = t0.zip(t1).map(|(a, b)| (a.0, b.0, b.1 - a.1));
     tb.wait_job(
         &job,
@@ -493,4 +535,29 @@ pub fn run(a: Args) -> Result<()> {
     )?;
     println!("written: {}", p.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_is_listed_by_what_it_took_largest_first() {
+        let m = |v: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            v.iter().map(|(k, s)| (k.to_string(), *s)).collect()
+        };
+        let before = m(&[("window", 1.0), ("observer", 2.0), ("publish", 0.5)]);
+        // A work first seen in the second reading counts from zero; one
+        // that did not move (under half a millisecond) is left out.
+        let after = m(&[
+            ("window", 1.107),
+            ("observer", 2.084),
+            ("publish", 0.5002),
+            ("changes", 0.148),
+        ]);
+        assert_eq!(
+            by_work(&before, &after),
+            "changes 148, window 107, observer 84"
+        );
+    }
 }
