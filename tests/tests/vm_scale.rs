@@ -275,9 +275,15 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
             .as_u64()
     };
     ensure!(s["bpf_stats"] == false, "bpf_stats: {}", s["bpf_stats"]);
-    for p in ["block_rq_issue", "block_rq_complete", "block_bio_queue"] {
+    for p in ["block_rq_issue", "block_rq_complete"] {
         ensure!(runs(&s, p).is_some(), "{p} not in {}", s["bpf_programs"]);
     }
+    // The per-bio probe only when asked for (`bio_probe = true`).
+    ensure!(
+        runs(&s, "block_bio_queue").is_none() && s["bio_probe"] == false,
+        "a bio probe by default: {}",
+        s["bpf_programs"]
+    );
     // The status is the last window's: it says the accounting is on from
     // the next window, and has the runs counted by the one after the I/O.
     tb.sh("echo 1 > /proc/sys/kernel/bpf_stats_enabled")?;
