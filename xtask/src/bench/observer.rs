@@ -7,8 +7,8 @@
 //! pathpilot runs as it comes and with `--bio-probe`. With `--baseline-rev
 //! REV`, the pathpilot of another commit runs in the same rounds (before
 //! and after, measured alike), with that commit's defaults (before the
-//! bio probe became opt-in, that is the `--bio-probe` row's work). Empty programs on
-//! pathpilot's tracepoints run in the same rounds too (`bench::floor`):
+//! bio probe became opt-in, that is the `--bio-probe` row's work). Empty
+//! programs on pathpilot's tracepoints run in the same rounds too (`bench::floor`):
 //! the floor under any program on those events, which pathpilot's time is
 //! also read against.
 use std::{
@@ -203,15 +203,12 @@ impl Tool {
             }
             said.push_str(&line);
         }
-        // Keep draining its output so it never blocks on a full pipe.
-        let rest: Option<Box<dyn std::io::Read + Send>> = c
-            .stderr
-            .take()
-            .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>);
+        // Keep draining its output so it never blocks on a full pipe
+        // (bpftrace's stderr too, the stream not read above).
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut r, &mut std::io::sink());
         });
-        if let Some(mut e) = rest {
+        if let Some(mut e) = c.stderr.take() {
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut e, &mut std::io::sink());
             });

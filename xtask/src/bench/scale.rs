@@ -167,11 +167,12 @@ fn engine_works(tb: &Testbed) -> Result<BTreeMap<String, f64>> {
 
 /// The engine's CPU seconds since it started on the works named.
 fn engine_secs(tb: &Testbed, works: &[&str]) -> Result<f64> {
-    Ok(engine_works(tb)?
-        .iter()
-        .filter(|(w, _)| works.contains(&w.as_str()))
-        .map(|(_, s)| s)
-        .sum())
+    Ok(secs_on(&engine_works(tb)?, works))
+}
+
+/// Of one reading by work, the seconds on the works named.
+fn secs_on(reading: &BTreeMap<String, f64>, works: &[&str]) -> f64 {
+    works.iter().filter_map(|w| reading.get(*w)).sum()
 }
 
 /// The engine's CPU between two readings by work, in ms, the largest
@@ -344,9 +345,7 @@ fn measure(tb: &Testbed, d: Daemon, a: &Args) -> Result<Sample> {
     }
     let t1 = is_pp.then(|| tuners(tb)).transpose()?;
     let scan_ms_per_min = w2.zip(w3).map(|(w2, w3)| {
-        let scan =
-            |w: &BTreeMap<String, f64>| SCAN_WORK.iter().filter_map(|k| w.get(*k)).sum::<f64>();
-        (scan(&w3) - scan(&w2)) * 1000.0 * 60.0 / a.steady_secs as f64
+        (secs_on(&w3, SCAN_WORK) - secs_on(&w2, SCAN_WORK)) * 1000.0 * 60.0 / a.steady_secs as f64
     });
     let steady_tuners = t0.zip(t1).map(|(a, b)| (a.0, b.0, b.1 - a.1));
     tb.wait_job(
