@@ -80,6 +80,16 @@ fn probe_p99_ms(tb: &Testbed, secs: u32) -> Result<f64> {
     Ok(p99 / 1e6)
 }
 
+/// The map's p99 over two probes of `secs` each, the lower of the two: a
+/// stall of the emulated guest (one run read 16.4 ms where runs before and
+/// after read 2-6) lands in one probe, where a read still sent to a path
+/// at a twentieth of its rate takes 62.5 ms in both.
+fn steady_p99_ms(tb: &Testbed, secs: u32) -> Result<f64> {
+    let (a, b) = (probe_p99_ms(tb, secs)?, probe_p99_ms(tb, secs)?);
+    eprintln!("MEASURED marginal: probes' p99 {a:.1} and {b:.1} ms");
+    Ok(a.min(b))
+}
+
 /// Polls the path's health every second until it is `want`.
 fn wait_health(tb: &Testbed, path: &str, want: &str, timeout: Duration) -> Result<Duration> {
     let t = Instant::now();
@@ -125,7 +135,7 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
     let out = tb.sh("pathpilot reload mpatha --selector queue-length")?;
     ensure!(out.contains("pinned: selector"), "{out}");
     std::thread::sleep(Duration::from_secs(12));
-    let before = probe_p99_ms(&tb, 9)?;
+    let before = steady_p99_ms(&tb, 4)?;
 
     // A twentieth of its rate: slow, not dead (the checker's reads pass).
     tb.set_caps(1, 1.0, 0)?;
@@ -143,10 +153,10 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
         "not in a last group of its own: {g}/{groups}"
     );
     // What the slow path held when it was set aside drains first; then
-    // 9 s, well before its probation 20 s after it was set aside (when it
-    // serves again, still slow).
+    // two probes of 4 s, over well before its probation 20 s after it was
+    // set aside (when it serves again, still slow).
     std::thread::sleep(Duration::from_secs(2));
-    let aside = probe_p99_ms(&tb, 9)?;
+    let aside = steady_p99_ms(&tb, 4)?;
     eprintln!(
         "MEASURED marginal: map p99 (read probe) {before:.1} ms before, {aside:.1} ms with the slow path \
          set aside ({:.2}x)",

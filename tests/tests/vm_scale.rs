@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, daemon_status, poll, start_daemon},
+    vm::{Testbed, daemon_log, daemon_status, poll, start_daemon},
 };
 use xtask::testbed::{AluaSpec, Backstore};
 
@@ -283,6 +283,12 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         runs(&s, "block_bio_queue").is_none() && s["bio_probe"] == false,
         "a bio probe by default: {}",
         s["bpf_programs"]
+    );
+    // And the daemon says so as it starts, with what the probe would add.
+    let log = daemon_log(&tb);
+    ensure!(
+        log.contains("daemon ready") && log.contains("bio probe off (no bytes per cgroup"),
+        "{log}"
     );
     // The status is the last window's: it says the accounting is on from
     // the next window, and has the runs counted by the one after the I/O.

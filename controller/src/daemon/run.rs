@@ -181,10 +181,11 @@ async fn serve(
         metrics_listener.map(|l| tokio::spawn(metrics::serve_listener(l, shared.clone())));
     sd_notify("READY=1");
     eprintln!(
-        "pathpilot: daemon ready: mode {:?}, control socket {}, metrics {}",
+        "pathpilot: daemon ready: mode {:?}, control socket {}, metrics {}, {}",
         cfg.mode,
         socket_path.display(),
-        metrics_addr.map_or("off".into(), |a| format!("http://{a}/metrics"))
+        metrics_addr.map_or("off".into(), |a| format!("http://{a}/metrics")),
+        bio_probe_note(cfg.bio_probe)
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -213,6 +214,29 @@ async fn serve(
     result
 }
 
+/// The ready line's word on the per-bio probe: off by default since it
+/// became opt-in, and a user who read bytes per cgroup before is told why
+/// they are gone and how to have them back.
+fn bio_probe_note(on: bool) -> &'static str {
+    if on {
+        "bio probe on (bytes per cgroup counted)"
+    } else {
+        "bio probe off (no bytes per cgroup; bio_probe = true counts them)"
+    }
+}
+
 fn remove_socket(p: &Path) {
     let _ = std::fs::remove_file(p);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_line_says_whether_bytes_per_cgroup_are_counted() {
+        assert!(bio_probe_note(false).contains("bio_probe = true"));
+        assert!(bio_probe_note(true).contains("counted"));
+        assert_ne!(bio_probe_note(false), bio_probe_note(true));
+    }
 }
