@@ -2,8 +2,8 @@
 //! unequal paths from round-robin to what the best static setting gets (and
 //! to 90% of the paths' caps within 40 s), observe mode changes
 //! nothing, without its bio probe (the default) it still classifies a
-//! split workload by its bios, a pulled path pauses tuning without I/O errors, and bad input
-//! on the control socket leaves it serving.
+//! split workload by its bios, a pulled path pauses tuning without I/O
+//! errors, and bad input on the control socket leaves it serving.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};

@@ -8,9 +8,9 @@
 //! REV`, the pathpilot of another commit runs in the same rounds (before
 //! and after, measured alike), with that commit's defaults (before the
 //! bio probe became opt-in, that is the `--bio-probe` row's work). Empty
-//! programs on pathpilot's tracepoints run in the same rounds too (`bench::floor`):
-//! the floor under any program on those events, which pathpilot's time is
-//! also read against.
+//! programs on pathpilot's tracepoints run in the same rounds too
+//! (`bench::floor`): the floor under any program on those events, which
+//! pathpilot's time is also read against.
 use std::{
     collections::BTreeMap,
     path::PathBuf,
