@@ -520,12 +520,25 @@ impl Drop for Frozen<'_> {
 /// request completes.
 #[test]
 fn a_stalled_device_is_silent_from_its_stalled_request() {
+    stalled_device_is_silent(false);
+}
+
+/// With the probes detached (time-sampled observation), the silence is
+/// timed from the kernel's counts a snapshot at a time: from the first
+/// snapshot that saw the write in flight to the last, never more.
+#[test]
+fn a_stalled_device_is_silent_while_sampled_by_the_kernels_counts() {
+    stalled_device_is_silent(true);
+}
+
+fn stalled_device_is_silent(sampled: bool) {
     // The stalled device's backing file lives on a filesystem frozen under
     // it: the loop driver's write to the file waits, with the request
     // issued and in flight.
     let outer = LoopDev::new(64);
     sh(&format!("mkfs.ext4 -q {}", outer.path));
-    let mnt = std::env::temp_dir().join(format!("pathpilot-freeze-{}", std::process::id()));
+    let mnt =
+        std::env::temp_dir().join(format!("pathpilot-freeze-{}-{sampled}", std::process::id()));
     std::fs::create_dir_all(&mnt).unwrap();
     sh(&format!("mount {} {}", outer.path, mnt.display()));
     let mounted = Mounted(mnt.clone());
@@ -555,18 +568,95 @@ fn a_stalled_device_is_silent_from_its_stalled_request() {
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    if sampled {
+        obs.sample(false).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        obs.snapshot().unwrap();
+        assert_eq!(
+            obs.silence(dev.dev),
+            Some(std::time::Duration::ZERO),
+            "first seen in flight: the clock starts"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let s = obs.snapshot().unwrap();
+        assert!(s.devices[&dev.dev].silent_ns.is_some(), "{s:#?}");
+    } else {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+    }
     let silent = obs.silence(dev.dev).expect("a write in flight");
     let since_submit = t0.elapsed();
     assert!(
         silent >= std::time::Duration::from_millis(1000) && silent <= since_submit,
         "silent {silent:?}, the write submitted {since_submit:?} ago"
     );
+    if sampled {
+        // Timed to the last snapshot: the same figure however it is asked.
+        assert_eq!(obs.silences().get(&dev.dev), Some(&silent));
+    }
     drop(frozen);
     assert!(dd.wait().unwrap().success());
+    if sampled {
+        obs.snapshot().unwrap();
+    }
     assert_eq!(obs.silence(dev.dev), None, "the write completed");
     drop(stalled);
     drop(mounted);
+}
+
+/// Time-sampled observation: I/O done with the probes detached is in the
+/// kernel's counts, exact; the probes' own figures (latency, sizes,
+/// sequentiality) cover the attached part, and the interval says how much
+/// that was.
+#[test]
+fn sampled_observation_keeps_the_kernels_counts_exact_and_says_what_it_saw() {
+    let lo = LoopDev::new(64);
+    let dev = BlockDev::resolve(&lo.path).expect("loop device resolves");
+    let mut obs = Observer::load_with(Scope::WatchList, Access::Auto, Bios::FromRequests)
+        .expect("observer loads (run as root)");
+    obs.watch(dev.dev).unwrap();
+    let dd = |n: u32, seek: u32| {
+        sh(&format!(
+            "dd if=/dev/zero of={} bs=64k count={n} seek={seek} oflag=direct status=none",
+            lo.path
+        ))
+    };
+    let before = obs.snapshot().unwrap();
+    obs.sample(false).unwrap();
+    assert!(obs.sampling() && !obs.attached());
+    dd(100, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    obs.sample(true).unwrap();
+    assert!(obs.attached());
+    dd(50, 100);
+    let after = obs.snapshot().unwrap();
+    let i = DeviceInterval::between(dev.dev, &dev.name, None, &before, &after).unwrap();
+    assert_eq!((i.write_ios, i.write_bytes), (150, 150 * 65536), "{i:#?}");
+    assert_eq!(i.completed + i.untraced_ios, 150, "{i:#?}");
+    assert!(
+        (1..=50).contains(&i.completed),
+        "only the attached part: {i:#?}"
+    );
+    assert_eq!(i.lat_samples, i.completed, "{i:#?}");
+    assert_eq!(i.size_hist, [(65536, i.completed)].into(), "{i:#?}");
+    assert!(
+        i.sequential_ios >= 49 && i.sequential_ios + i.random_ios <= 50,
+        "{i:#?}"
+    );
+    assert!(
+        i.observed_pct > 0.0 && i.observed_pct < 100.0,
+        "the probes were detached part of it: {i:#?}"
+    );
+    assert_eq!(i.inflight, 0, "{i:#?}");
+    // Back in full: everything seen again, and the interval says so.
+    obs.observe_fully().unwrap();
+    assert!(!obs.sampling() && obs.attached());
+    let before = obs.snapshot().unwrap();
+    dd(20, 200);
+    let after = obs.snapshot().unwrap();
+    let i = DeviceInterval::between(dev.dev, &dev.name, None, &before, &after).unwrap();
+    assert_eq!(i.write_ios, 20, "{i:#?}");
+    assert_eq!(i.completed + i.untraced_ios, 20, "{i:#?}");
+    assert_eq!(i.observed_pct, 100.0, "{i:#?}");
 }
 
 /// Sets `kernel.bpf_stats_enabled` for its lifetime, then puts back what

@@ -1,9 +1,10 @@
 //! `pathpilot daemon` against real dm-multipath in the VM: it tunes
 //! unequal paths from round-robin to what the best static setting gets (and
-//! to 90% of the paths' caps within 40 s), observe mode changes
-//! nothing, without its bio probe (the default) it still classifies a
-//! split workload by its bios, a pulled path pauses tuning without I/O
-//! errors, and bad input on the control socket leaves it serving.
+//! to 90% of the paths' caps within 40 s), observe mode changes nothing,
+//! sampled observation still counts every byte, without its bio probe (the
+//! default) it still classifies a split workload by its bios, a pulled path
+//! pauses tuning without I/O errors, and bad input on the control socket
+//! leaves it serving.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -273,6 +274,59 @@ fn observe_mode_changes_nothing() -> Result<()> {
         "{s}"
     );
     assert_eq!(s["decisions"].as_array().map_or(0, |d| d.len()), 0, "{s}");
+    assert_eq!(s["observed_pct"], 100.0, "observed in full by default: {s}");
+    Ok(())
+}
+
+/// Time-sampled observation (`observe_duty`): the probes run a quarter of
+/// each window, every byte read is still counted (the kernel's counts),
+/// latency comes from the part observed, and the status says how much.
+#[test]
+fn sampled_observation_counts_every_byte_and_says_what_share_it_saw() -> Result<()> {
+    let tb = boot_or_skip!(Testbed::builder().paths(2).caps_mib(&[20.0, 20.0]));
+    tb.sh("pathpilot create --all --selector round-robin >/dev/null")?;
+    let cfg = format!("observe_duty = 0.25\n{}", config("observe", "service-time"));
+    start_daemon(&tb, &cfg, "")?;
+    let out = tb.sh(
+        "fio --name=o --filename=/dev/dm-0 --rw=randread --bs=64k --direct=1 --ioengine=libaio \
+         --iodepth=16 --runtime=12 --time_based --output-format=terse --terse-version=3 2>&1",
+    )?;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("3;"))
+        .with_context(|| out.clone())?;
+    let fio_bytes: u64 = line
+        .split(';')
+        .nth(5)
+        .context("short fio line")?
+        .parse::<u64>()?
+        * 1024;
+    // Two windows more: the last of the load's is in the totals.
+    std::thread::sleep(Duration::from_secs(5));
+    let s = daemon_status(&tb)?;
+    let log = pathpilot_tests::vm::daemon_log(&tb);
+    assert!(
+        log.contains("observation sampled: the probes run for the last 25% of each window"),
+        "{log}"
+    );
+    let m = &s["maps"][0];
+    let read = m["totals"]["read_bytes"].as_u64().unwrap_or(0);
+    assert!(fio_bytes > 50 << 20, "{out}");
+    // fio's own count is in KiB; nothing else reads the map.
+    assert!(
+        read.abs_diff(fio_bytes) <= fio_bytes / 200,
+        "read {read} B at the map, fio read {fio_bytes} B: {s}"
+    );
+    let samples: u64 = m["totals"]["lat_hist"]
+        .as_array()
+        .map_or(0, |h| h.iter().filter_map(|b| b[1].as_u64()).sum());
+    let ios = m["totals"]["read_ios"].as_u64().unwrap_or(0);
+    assert!(
+        samples > 0 && samples * 2 < ios,
+        "latency from the sampled part only: {samples} samples of {ios} reads: {s}"
+    );
+    let pct = s["observed_pct"].as_f64().unwrap_or(0.0);
+    assert!((15.0..=40.0).contains(&pct), "observed {pct}%: {s}");
     Ok(())
 }
 

@@ -33,6 +33,13 @@ pub struct Config {
     /// requests, merges and splits, and the tuner classifies by the
     /// requests' order, which keeps a workload's class).
     pub bio_probe: bool,
+    /// The share of each window the probes are attached while no tuner is
+    /// trying a setting (time-sampled observation, see
+    /// `Observer::sample`): 1 keeps them attached. Below 1, I/Os, bytes,
+    /// in-flight and busy time stay exact (the kernel's counts), while
+    /// latency, sizes, merges and errors come from the attached part, the
+    /// end of each window; a tuner trying a setting has them attached.
+    pub observe_duty: f64,
     pub maps: MapsConfig,
     pub checker: CheckerConfig,
     pub tuner: TunerConfig,
@@ -111,6 +118,7 @@ impl Default for Config {
             read_group: None,
             metrics: "127.0.0.1:9777".into(),
             bio_probe: false,
+            observe_duty: 1.0,
             maps: MapsConfig::default(),
             checker: CheckerConfig::default(),
             tuner: TunerConfig::default(),
@@ -221,6 +229,12 @@ impl Config {
             return bad(
                 "window_secs",
                 format!("{} is out of range (0.5 to 3600)", self.window_secs),
+            );
+        }
+        if !(0.05..=1.0).contains(&self.observe_duty) {
+            return bad(
+                "observe_duty",
+                format!("{} is out of range (0.05 to 1)", self.observe_duty),
             );
         }
         if self.metrics != "off" && self.metrics.parse::<SocketAddr>().is_err() {
@@ -488,6 +502,13 @@ pub const KEYS: &[KeyDoc] = &[
         default: |c| Some(c.bio_probe.to_string()),
         example: None,
         doc: "per-bio probe: cgroup bytes, bio order (true: about 30% more eBPF per I/O)",
+    },
+    KeyDoc {
+        section: "",
+        key: "observe_duty",
+        default: |c| Some(toml_num(c.observe_duty)),
+        example: None,
+        doc: "share of each window the probes run, unless tuning (0.05..1; README: Sampled observation)",
     },
     KeyDoc {
         section: "maps",
@@ -793,6 +814,17 @@ allow = ["wwid=^3500"]
             e.contains("line 2: selector: unknown selector 'random'"),
             "{e}"
         );
+        let e = Config::parse("observe_duty = 0").unwrap_err();
+        assert!(
+            e.contains("line 1: observe_duty: 0 is out of range (0.05 to 1)"),
+            "{e}"
+        );
+        assert!(Config::parse("observe_duty = 1.5").is_err());
+        assert_eq!(
+            Config::parse("observe_duty = 0.25").unwrap().observe_duty,
+            0.25
+        );
+        assert_eq!(Config::default().observe_duty, 1.0);
         let e = Config::parse("metrics = \"everywhere\"").unwrap_err();
         assert!(e.contains("metrics"), "{e}");
         let e = Config::parse("[maps]\nno_path_retry_secs = -3").unwrap_err();

@@ -304,6 +304,13 @@ pub fn render(s: &DaemonStatus) -> String {
     }
 
     o.family(
+        "pathpilot_observed_ratio",
+        "gauge",
+        "Share of the last window the probes were attached: 1 unless observation is sampled \
+         (config observe_duty); latency, sizes, merges and errors cover this share.",
+    );
+    o.sample("pathpilot_observed_ratio", "", s.observed_pct / 100.0);
+    o.family(
         "pathpilot_bpf_stats_enabled",
         "gauge",
         "1 while the kernel accounts eBPF programs' runs (kernel.bpf_stats_enabled), which \
@@ -713,6 +720,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         bpf_watched: 5,
         bpf_counted: 5,
         bio_probe: true,
+        observed_pct: 100.0,
         bpf_stats: Some(true),
         bpf_programs: vec![
             crate::observer::ProgramCost {
@@ -945,6 +953,7 @@ mod tests {
         has(r#"pathpilot_tuner_decisions_total{outcome="outside"} 0"#);
         has(r#"pathpilot_engine_seconds_total{work="rescan"} 1.5"#);
         has("pathpilot_bpf_stats_enabled 1");
+        has("pathpilot_observed_ratio 1");
         has(r#"pathpilot_bpf_program_runs_total{program="block_rq_complete"} 4000"#);
         has(r#"pathpilot_bpf_program_run_seconds_total{program="block_rq_issue"} 0.00013"#);
         has(&format!(

@@ -187,6 +187,13 @@ async fn serve(
         metrics_addr.map_or("off".into(), |a| format!("http://{a}/metrics")),
         bio_probe_note(cfg.bio_probe)
     );
+    if cfg.observe_duty < 1.0 {
+        eprintln!(
+            "pathpilot: observation sampled: the probes run for the last {:.0}% of each window              while no tuner measures (observe_duty = {}; latency, sizes, merges and errors from              that part, I/Os and bytes exact)",
+            cfg.observe_duty * 100.0,
+            cfg.observe_duty
+        );
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hupsig = signal(SignalKind::hangup())?;

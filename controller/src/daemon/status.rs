@@ -164,6 +164,10 @@ pub struct DaemonStatus {
     /// The per-bio probe is attached (config `bio_probe`): without it no
     /// bytes are counted per cgroup, and `cgroups` stays empty.
     pub bio_probe: bool,
+    /// The share of the last window the probes were attached, in percent:
+    /// 100 unless observation is time-sampled (config `observe_duty`), and
+    /// 100 then too while a tuner measures toward a decision.
+    pub observed_pct: f64,
     /// Whether the kernel accounts programs' runs now
     /// (`kernel.bpf_stats_enabled`; None where it cannot tell): only then
     /// do `bpf_programs`' figures grow.

@@ -83,6 +83,12 @@ pub struct DeviceInterval {
     pub remapped: u64,
     /// Time with I/O in flight as a share of the interval (sysfs io_ticks).
     pub util_pct: Option<f64>,
+    /// The share of the interval the programs were attached: 100 unless
+    /// observation is time-sampled (the daemon's `observe_duty`). The
+    /// counts by direction, bytes, rates, in-flight and busy figures are
+    /// the kernel's, exact whatever this is; sizes, latency, merges,
+    /// splits, sequentiality, errors, requeues and remaps cover this share.
+    pub observed_pct: f64,
 }
 
 /// One request size class's latency over an interval.
@@ -163,6 +169,7 @@ impl DeviceInterval {
                 inflight: c.inflight,
                 inflight_max: c.inflight_peak,
                 util_pct: util(dev, prev, cur, secs),
+                observed_pct: cur.observed.pct_since(&prev.observed),
                 ..Self::default()
             };
         }
@@ -187,11 +194,20 @@ impl DeviceInterval {
         let bio_merges =
             d(cs.bio_backmerges, ps.bio_backmerges) + d(cs.bio_frontmerges, ps.bio_frontmerges);
         let splits = d(cs.splits, ps.splits);
+        let observed_pct = cur.observed.pct_since(&prev.observed);
         // Each bio submitted became a request or merged into one, less one
         // per split (which makes a bio two).
         let (bios, bio_bytes) = match cur.bios {
             Bios::Probed => (d(cs.bios, ps.bios), d(cs.bio_bytes, ps.bio_bytes)),
             Bios::FromRequests => ((data_ios + bio_merges).saturating_sub(splits), data_bytes),
+        };
+        // Merges are seen only while the programs are attached: their share
+        // is of the data requests issued then, not of the kernel's count.
+        let merge_base = if observed_pct < 100.0 && cur.bios == Bios::FromRequests {
+            (d(cs.sequential, ps.sequential) + d(cs.random, ps.random) + bio_merges)
+                .saturating_sub(splits)
+        } else {
+            bios
         };
         let size = hist::delta(&cs.size_hist, &ps.size_hist);
         let lat = hist::delta(&cs.lat_hist, &ps.lat_hist);
@@ -220,8 +236,8 @@ impl DeviceInterval {
             read_mib_s: round(per_s(bytes(DIR_READ) as f64) / 1048576.0, 3),
             write_mib_s: round(per_s(bytes(DIR_WRITE) as f64) / 1048576.0, 3),
             merges: bio_merges + d(cs.rq_merges, ps.rq_merges),
-            merge_pct: if bios > 0 {
-                round(bio_merges as f64 / bios as f64 * 100.0, 1)
+            merge_pct: if merge_base > 0 {
+                round(bio_merges as f64 / merge_base as f64 * 100.0, 1)
             } else {
                 0.0
             },
@@ -274,6 +290,7 @@ impl DeviceInterval {
             requeues: d(cs.requeues, ps.requeues),
             remapped: d(cs.remapped, ps.remapped),
             util_pct: util,
+            observed_pct,
         }
     }
 
@@ -376,6 +393,7 @@ mod tests {
             cgroups: Default::default(),
             bios: Bios::Probed,
             io_ticks_ms: [(dev, 1000)].into(),
+            observed: Default::default(),
         }
     }
 
@@ -490,6 +508,42 @@ mod tests {
     }
 
     #[test]
+    fn a_sampled_interval_says_what_share_it_saw_and_judges_merges_by_it() {
+        let dev = DevNum::new(8, 0);
+        let t0 = Instant::now();
+        let mut p = snap(t0, dev, DevStats::ZERO, 0);
+        p.bios = Bios::FromRequests;
+        p.observed = super::super::Observed {
+            at_ns: 1_000_000_000,
+            attached_ns: 5_000_000,
+        };
+        // The kernel's 1000 reads, of which the programs, attached a
+        // quarter of the second, saw 250 issued and 50 bios merged.
+        let mut s = DevStats::ZERO;
+        s.ios[DIR_READ] = 1000;
+        s.bytes[DIR_READ] = 1000 * 4096;
+        s.random = 250;
+        s.bio_backmerges = 50;
+        let mut c = snap(t0 + Duration::from_secs(1), dev, s, 0);
+        c.bios = Bios::FromRequests;
+        c.observed = super::super::Observed {
+            at_ns: 2_000_000_000,
+            attached_ns: 255_000_000,
+        };
+        let i = DeviceInterval::between(dev, "sda", None, &p, &c).unwrap();
+        assert_eq!((i.observed_pct, i.read_ios), (25.0, 1000));
+        // 50 merged of the 300 bios seen, not of the 1050 the kernel's
+        // count would make.
+        assert_eq!(i.merge_pct, 16.7);
+        // Attached throughout: all of it, and merges judged as before.
+        c.observed.attached_ns = 1_005_000_000;
+        let i = DeviceInterval::between(dev, "sda", None, &p, &c).unwrap();
+        assert_eq!((i.observed_pct, i.merge_pct), (100.0, 4.8));
+        let quiet = DeviceInterval::between(dev, "sda", None, &c, &c).unwrap();
+        assert_eq!(quiet.observed_pct, 100.0);
+    }
+
+    #[test]
     fn a_new_device_counts_from_zero() {
         let dev = DevNum::new(8, 0);
         let t0 = Instant::now();
@@ -501,6 +555,7 @@ mod tests {
             cgroups: Default::default(),
             bios: Bios::Probed,
             io_ticks_ms: Default::default(),
+            observed: Default::default(),
         };
         let c = snap(t0 + Duration::from_secs(1), dev, s, 1);
         let i = DeviceInterval::between(dev, "sda", None, &empty, &c).unwrap();

@@ -10,7 +10,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, IterableMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, tp_btf::BtfTracePointLinkId},
     util::nr_cpus,
 };
 use pathpilot_common::{
@@ -206,6 +206,65 @@ pub struct Snapshot {
     pub bios: Bios,
     /// `io_ticks` (ms busy) per device, for utilisation.
     pub io_ticks_ms: BTreeMap<DevNum, u64>,
+    /// How long the programs were attached, for the share of an interval
+    /// they saw (see [`Observer::sample`]).
+    pub observed: Observed,
+}
+
+/// The programs' attached time, as of a snapshot: cumulative, on
+/// CLOCK_MONOTONIC, both read at one instant (so a pair of snapshots with
+/// the programs attached throughout gives exactly 100%).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub at_ns: u64,
+    pub attached_ns: u64,
+}
+
+impl Observed {
+    /// The share of the time from `prev` to `self` that the programs were
+    /// attached, in percent (100 over no time at all).
+    pub fn pct_since(&self, prev: &Observed) -> f64 {
+        let span = self.at_ns.saturating_sub(prev.at_ns);
+        if span == 0 || prev.at_ns == 0 {
+            return 100.0;
+        }
+        let on = self.attached_ns.saturating_sub(prev.attached_ns);
+        (on as f64 / span as f64 * 1000.0).round().min(1000.0) / 10.0
+    }
+}
+
+/// Time-sampled observation's clock of a stalled device, from the kernel's
+/// own counts (the programs, detached part of the time, cannot time a
+/// silence): when its completions last moved or it was last idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StallClock {
+    completed: u64,
+    in_flight: u64,
+    moved_ns: u64,
+    read_ns: u64,
+}
+
+impl StallClock {
+    /// The clock after a read at `now_ns` of the kernel's completed count
+    /// and in-flight count. A completion somewhere since the last read is
+    /// taken as at this one, and a silence runs only to the last read:
+    /// it is never overstated (it is timed a snapshot at a time).
+    fn next(prev: Option<StallClock>, completed: u64, in_flight: u64, now_ns: u64) -> Self {
+        let moved_ns = match prev {
+            Some(p) if in_flight > 0 && p.in_flight > 0 && p.completed == completed => p.moved_ns,
+            _ => now_ns,
+        };
+        StallClock {
+            completed,
+            in_flight,
+            moved_ns,
+            read_ns: now_ns,
+        }
+    }
+
+    fn silence(&self) -> Option<u64> {
+        (self.in_flight > 0).then(|| self.read_ns.saturating_sub(self.moved_ns))
+    }
 }
 
 /// The loaded and attached programs. Dropping it detaches and unloads them
@@ -247,6 +306,15 @@ pub struct Observer {
     /// Program ids, so tests can check they are gone after drop.
     prog_ids: Vec<u32>,
     bios: Bios,
+    /// Each program's tracepoint and its link while attached.
+    links: Vec<(&'static str, Option<BtfTracePointLinkId>)>,
+    /// Time-sampled observation (see [`Self::sample`]): per watched device,
+    /// the kernel's clock of its silence.
+    sampling: Option<StdHashMap<u32, StallClock>>,
+    /// Cumulative time attached before `attached_at`, and since when the
+    /// programs are attached (None while detached).
+    attached_ns: u64,
+    attached_at: Option<u64>,
 }
 
 /// Devices busy at once from which the kernel's figures come from
@@ -349,6 +417,7 @@ impl Observer {
                 .map_err(|e| ObserveError::Load(format!("{e:#}")))
         })?;
         let mut prog_ids = Vec::new();
+        let mut links = Vec::new();
         for tp in attached {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(tp)
@@ -357,8 +426,10 @@ impl Observer {
                 .map_err(|e| ObserveError::Load(format!("{tp}: {e}")))?;
             prog.load(tp, &index)
                 .map_err(|e| ObserveError::Load(format!("{tp}: {e:#}")))?;
-            prog.attach()
+            let link = prog
+                .attach()
                 .map_err(|e| ObserveError::Attach(tp.into(), format!("{e:#}")))?;
+            links.push((tp, Some(link)));
             if let Ok(info) = prog.info() {
                 prog_ids.push(info.id());
             }
@@ -391,6 +462,10 @@ impl Observer {
             scope,
             prog_ids,
             bios,
+            links,
+            sampling: None,
+            attached_ns: 0,
+            attached_at: Some(monotonic_ns()),
         };
         if scope == Scope::All {
             o.watch_present();
@@ -405,6 +480,115 @@ impl Observer {
     /// Kernel ids of the loaded programs.
     pub fn program_ids(&self) -> &[u32] {
         &self.prog_ids
+    }
+
+    /// Time-sampled observation: the programs attached (`attached`) or
+    /// detached, the caller alternating the two. A program that is not
+    /// attached costs an I/O nothing, not even the tracepoint's call into
+    /// it, which in an emulated guest was most of the observer's cost.
+    /// While sampling, what the kernel counts itself stays exact (I/Os and
+    /// bytes by direction, from its `stat`, read for every watched device
+    /// at each snapshot; in flight; busy time), and a device's silence is
+    /// timed from the kernel's counts, a snapshot at a time; latency,
+    /// sizes, sequentiality, merges, splits, errors, requeues and remaps
+    /// are those of the attached part (`Snapshot::observed`).
+    pub fn sample(&mut self, attached: bool) -> Result<(), ObserveError> {
+        self.sampling.get_or_insert_with(StdHashMap::new);
+        self.attach(attached)
+    }
+
+    /// Ends time-sampled observation: the programs attached for good.
+    pub fn observe_fully(&mut self) -> Result<(), ObserveError> {
+        self.attach(true)?;
+        self.sampling = None;
+        Ok(())
+    }
+
+    /// Whether observation is time-sampled ([`Self::sample`]).
+    pub fn sampling(&self) -> bool {
+        self.sampling.is_some()
+    }
+
+    /// Whether the programs are attached now.
+    pub fn attached(&self) -> bool {
+        self.attached_at.is_some()
+    }
+
+    fn attach(&mut self, on: bool) -> Result<(), ObserveError> {
+        if on == self.attached() {
+            return Ok(());
+        }
+        let now = monotonic_ns();
+        if on {
+            // Requests issued while detached complete once attached: each
+            // device's count in flight starts again from the kernel's, and
+            // its clocks from now (so no silence is read into the gap).
+            let watched = self.watched();
+            let kernel = self.kernel_stats(&watched);
+            for dev in watched {
+                let Some(slot) = self.slot_of(dev.kernel()) else {
+                    continue;
+                };
+                let stat = kernel.get(&dev).copied().flatten();
+                let n = stat.map_or(0, |s| s.in_flight);
+                // A second reading of the stall clocks each window.
+                if let Some(s) = &stat {
+                    self.stall_clock(dev, s, now);
+                }
+                for (field, v) in [
+                    (std::mem::offset_of!(DevShared, inflight), n),
+                    (std::mem::offset_of!(DevShared, busy_since_ns), now),
+                    (std::mem::offset_of!(DevShared, last_complete_ns), now),
+                ] {
+                    self.shared_view.store_u64(slot, field, v);
+                }
+            }
+        }
+        for (tp, link) in &mut self.links {
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(tp)
+                .ok_or_else(|| ObserveError::Load(format!("program {tp} missing")))?
+                .try_into()
+                .map_err(|e| ObserveError::Load(format!("{tp}: {e}")))?;
+            match link.take() {
+                Some(l) if !on => prog.detach(l).map_err(|e| {
+                    ObserveError::Attach(tp.to_string(), format!("detaching: {e:#}"))
+                })?,
+                None if on => {
+                    *link = Some(
+                        prog.attach()
+                            .map_err(|e| ObserveError::Attach(tp.to_string(), format!("{e:#}")))?,
+                    )
+                }
+                l => *link = l,
+            }
+        }
+        if on {
+            self.attached_at = Some(now);
+        } else if let Some(since) = self.attached_at.take() {
+            self.attached_ns += now.saturating_sub(since);
+        }
+        Ok(())
+    }
+
+    /// While sampling, moves a device's stall clock on with a reading of
+    /// its kernel figures taken at `now_ns`.
+    fn stall_clock(&mut self, dev: DevNum, s: &blockdev::Stat, now_ns: u64) {
+        if let Some(clocks) = self.sampling.as_mut() {
+            let k = dev.kernel();
+            let completed = s.counts.ios.iter().sum();
+            let c = StallClock::next(clocks.get(&k).copied(), completed, s.in_flight, now_ns);
+            clocks.insert(k, c);
+        }
+    }
+
+    fn observed(&self, now_ns: u64) -> Observed {
+        Observed {
+            at_ns: now_ns,
+            attached_ns: self.attached_ns
+                + self.attached_at.map_or(0, |a| now_ns.saturating_sub(a)),
+        }
     }
 
     /// Each attached program's runs and run time so far (zero while the
@@ -511,6 +695,9 @@ impl Observer {
         self.table[slot as usize] = mark;
         self.last.remove(&k);
         self.kernel_base.remove(&k);
+        if let Some(c) = self.sampling.as_mut() {
+            c.remove(&k);
+        }
         self.forget_files(k);
         self.reset_slot(slot)?;
         let stale: Vec<CgroupKey> = self
@@ -556,6 +743,15 @@ impl Observer {
     /// the queue in front of it, is never silent long; a hung one is.
     pub fn silences(&self) -> StdHashMap<DevNum, std::time::Duration> {
         let now = monotonic_ns();
+        if let Some(clocks) = &self.sampling {
+            return clocks
+                .iter()
+                .filter_map(|(d, c)| {
+                    let s = c.silence()?;
+                    Some((DevNum::from_kernel(*d), std::time::Duration::from_nanos(s)))
+                })
+                .collect();
+        }
         self.table
             .iter()
             .enumerate()
@@ -570,6 +766,10 @@ impl Observer {
 
     /// [`Self::silences`] of one device.
     pub fn silence(&self, dev: DevNum) -> Option<std::time::Duration> {
+        if let Some(clocks) = &self.sampling {
+            let s = clocks.get(&dev.kernel())?.silence()?;
+            return Some(std::time::Duration::from_nanos(s));
+        }
         let slot = self.slot_of(dev.kernel())?;
         let sh = self.shared_view.get(slot)?;
         silence(&sh, monotonic_ns()).map(std::time::Duration::from_nanos)
@@ -605,8 +805,9 @@ impl Observer {
     /// passthrough command (a tick one did add is read with the next data
     /// I/O); with requests in flight, the same read gives the kernel's
     /// in-flight count, for the correction in [`Self::read_device`].
-    fn wants_stat(r: &Reading) -> bool {
-        !matches!(&r.prev, Some(p)
+    fn wants_stat(&self, r: &Reading) -> bool {
+        self.sampling.is_some()
+            || !matches!(&r.prev, Some(p)
             if p.io_ticks_ms.is_some()
                 && r.sh.inflight == 0
                 && p.traced_ios[..DIR_OTHER] == r.sum.ios[..DIR_OTHER])
@@ -703,6 +904,13 @@ impl Observer {
             (Some(Some(s)), _) => (Some(s.io_ticks_ms), Some(s.counts)),
             _ => (None, None),
         };
+        // While sampling, the kernel's in-flight count (the programs' is
+        // reset at each attach) and its clock of a silence.
+        let mut kernel_inflight = None;
+        if let (true, Some(Some(s))) = (self.sampling.is_some(), stat) {
+            self.stall_clock(dev, &s, now_ns);
+            kernel_inflight = Some(s.in_flight);
+        }
         let base = self.kernel_base.get(&dev.kernel()).copied();
         let mut untraced = 0;
         let mut traced_ios = sum.ios;
@@ -719,9 +927,13 @@ impl Observer {
             shared: sh,
             counters: Arc::new(DeviceCounters {
                 stats: sum,
-                inflight: sh.inflight.max(0) as u64,
-                inflight_peak: peak.max(sh.inflight).max(0) as u64,
-                silent_ns: silence(&sh, now_ns),
+                inflight: kernel_inflight.unwrap_or(sh.inflight.max(0) as u64),
+                inflight_peak: (peak.max(sh.inflight).max(0) as u64)
+                    .max(kernel_inflight.unwrap_or(0)),
+                silent_ns: match &self.sampling {
+                    Some(c) => c.get(&dev.kernel()).and_then(StallClock::silence),
+                    None => silence(&sh, now_ns),
+                },
                 untraced,
             }),
             traced_ios,
@@ -767,7 +979,9 @@ impl Observer {
                 .get(slot)
                 .ok_or_else(|| ObserveError::Map("SHARED", format!("slot {slot} not mapped")))?;
             match self.last.remove(&k) {
-                Some(mut l) if l.shared == sh && sh.inflight == 0 => {
+                // While sampling, the programs' state stands still while
+                // they are detached: every device is read.
+                Some(mut l) if l.shared == sh && sh.inflight == 0 && self.sampling.is_none() => {
                     if l.counters.inflight_peak != 0 || l.counters.silent_ns.is_some() {
                         // A copy when the last snapshot still holds them.
                         let c = Arc::make_mut(&mut l.counters);
@@ -787,7 +1001,7 @@ impl Observer {
         }
         let want: Vec<DevNum> = reading
             .iter()
-            .filter(|r| Self::wants_stat(r))
+            .filter(|r| self.wants_stat(r))
             .map(|r| r.dev)
             .collect();
         let mut stats = self.kernel_stats(&want);
@@ -829,6 +1043,7 @@ impl Observer {
             cgroups,
             bios: self.bios,
             io_ticks_ms,
+            observed: self.observed(now_ns),
         })
     }
 
@@ -979,6 +1194,40 @@ mod tests {
         k.bytes[DIR_WRITE] = writes * 4096;
         k.ios[DIR_FLUSH] = flushes;
         k
+    }
+
+    #[test]
+    fn a_stall_is_timed_from_the_last_read_that_saw_the_kernel_complete_or_idle() {
+        let s = |c: Option<StallClock>, done, inflight, at| StallClock::next(c, done, inflight, at);
+        let c = s(None, 100, 4, 1_000);
+        assert_eq!(c.silence(), Some(0), "a first read starts the clock");
+        let c = s(Some(c), 100, 4, 2_000);
+        assert_eq!(c.silence(), Some(1_000), "nothing completed since 1000");
+        let c = s(Some(c), 100, 4, 3_000);
+        assert_eq!(c.silence(), Some(2_000));
+        let c = s(Some(c), 101, 4, 4_000);
+        assert_eq!(c.silence(), Some(0), "a completion restarts it");
+        let c = s(Some(c), 101, 0, 5_000);
+        assert_eq!(c.silence(), None, "idle is not silent");
+        let c = s(Some(c), 101, 2, 7_000);
+        assert_eq!(c.silence(), Some(0), "busy again: from this read");
+        let c = s(Some(c), 101, 2, 8_000);
+        assert_eq!(c.silence(), Some(1_000));
+    }
+
+    #[test]
+    fn the_observed_share_is_the_attached_time_over_the_span() {
+        let a = Observed {
+            at_ns: 10_000,
+            attached_ns: 10_000,
+        };
+        let b = Observed {
+            at_ns: 20_000,
+            attached_ns: 12_500,
+        };
+        assert_eq!(b.pct_since(&a), 25.0);
+        assert_eq!(a.pct_since(&a), 100.0);
+        assert_eq!(b.pct_since(&Observed::default()), 100.0);
     }
 
     #[test]

@@ -582,6 +582,17 @@ impl Tuner {
             )
     }
 
+    /// Measuring toward a decision (a baseline, a trial, the settling
+    /// after a revert): the daemon then keeps its observer attached
+    /// throughout (no time-sampling, config `observe_duty`), so the
+    /// windows compared all pay the same cost of observation. Not when
+    /// converged, paused, hands off or only observing.
+    pub fn measuring(&self) -> bool {
+        !self.hands_off()
+            && self.mode != Mode::Observe
+            && !matches!(self.phase, Phase::Converged | Phase::Paused(_))
+    }
+
     /// The next window may end the trial in progress with its change
     /// kept: the one decision that makes no change, so none passes through
     /// the map's lock, where the daemon looks for a change made outside

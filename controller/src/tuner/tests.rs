@@ -123,11 +123,18 @@ fn asym(s: &Settings) -> f64 {
 fn unequal_paths_leave_round_robin_and_weight_service_time() {
     let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
     let mut r = Run::new(Mode::Tune, example(4));
+    assert!(r.tuner.measuring(), "a baseline is measured in full");
     r.steps(&mut p, 40, 64.0, 0.0, 1.0, &Health::default());
     let s = r.tuner.settings().clone();
     assert_eq!(s.selector, Selector::ServiceTime, "{:#?}", r.tuner.drain());
     assert_eq!(s.weights, vec![13, 25, 50, 100]);
     assert_eq!(r.tuner.state(), "converged", "{:#?}", r.tuner.drain());
+    assert!(
+        !r.tuner.measuring(),
+        "converged: observation may be sampled"
+    );
+    r.tuner.set_mode(Mode::Observe);
+    assert!(!r.tuner.measuring());
     let log = r.tuner.drain();
     // Straight there: the weighted service-time (which brings the
     // selector with it) is the first trial, not a plain selector first.

@@ -228,6 +228,8 @@ pub struct Engine {
     locks: Locks,
     shared: Shared,
     prev: Snapshot,
+    /// The share of the last window the probes were attached, %.
+    observed_pct: f64,
     t0: Instant,
     started_unix: f64,
     next_seq: u64,
@@ -378,6 +380,7 @@ impl Engine {
             locks: Locks::system(),
             shared,
             prev,
+            observed_pct: 100.0,
             t0: Instant::now(),
             started_unix: unix_now(),
             next_seq: 1,
@@ -597,7 +600,12 @@ impl Engine {
         let tick = Duration::from_millis(200);
         let mut next_window = Instant::now() + self.cfg.window();
         while !self.stop.load(Ordering::SeqCst) {
-            match wake.recv_timeout(tick) {
+            // Woken in time to attach the probes when sampling.
+            let wait = match self.probes_at(next_window) {
+                Some(at) => at.saturating_duration_since(Instant::now()).min(tick),
+                None => tick,
+            };
+            match wake.recv_timeout(wait) {
                 Ok(Wake::Message(ToEngine::Change(c))) => {
                     let t = thread_cpu();
                     let r = self.handle(c.request);
@@ -650,6 +658,7 @@ impl Engine {
                 }
                 self.account("rescan", t);
             }
+            self.pace_observer(Instant::now(), next_window);
             if now >= next_window {
                 next_window += self.cfg.window();
                 if next_window < now {
@@ -666,10 +675,45 @@ impl Engine {
                 let t = t + (self.spent_on(&own) - sub);
                 self.account("window", t);
                 self.publish();
+                self.pace_observer(Instant::now(), next_window);
             }
         }
         say!("stopping: detaching the probes, leaving the maps as they are");
         Ok(())
+    }
+
+    /// Whether observation is time-sampled now (config `observe_duty`
+    /// below 1): not while any tuner measures toward a decision.
+    fn sampling_wanted(&self) -> bool {
+        self.cfg.observe_duty < 1.0
+            && !self
+                .maps
+                .iter()
+                .any(|m| m.tuner.as_ref().is_some_and(Tuner::measuring))
+    }
+
+    /// When the probes are next due to be attached, while sampling with
+    /// them detached.
+    fn probes_at(&self, next_window: Instant) -> Option<Instant> {
+        (self.obs.sampling() && !self.obs.attached())
+            .then(|| next_window - self.cfg.window().mul_f64(self.cfg.observe_duty))
+    }
+
+    /// Attaches or detaches the probes as sampling wants them at `now`.
+    fn pace_observer(&mut self, now: Instant, next_window: Instant) {
+        let t = thread_cpu();
+        let r = if self.sampling_wanted() {
+            let due = probes_due(now, next_window, self.cfg.window(), self.cfg.observe_duty);
+            self.obs.sample(due)
+        } else if self.obs.sampling() {
+            self.obs.observe_fully()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            say!("observer: {e}");
+        }
+        self.account("observer", t);
     }
 
     fn reread_config(&mut self) {
@@ -975,6 +1019,7 @@ impl Engine {
             }
             self.drain_tuner(mi);
         }
+        self.observed_pct = cur.observed.pct_since(&self.prev.observed);
         self.prev = cur;
         Ok(())
     }
@@ -1260,6 +1305,7 @@ impl Engine {
             bpf_watched: self.obs.watched().len(),
             bpf_counted: self.prev.devices.len(),
             bio_probe: self.cfg.bio_probe,
+            observed_pct: self.observed_pct,
             bpf_stats: crate::observer::bpf_stats_enabled(),
             bpf_programs: self.obs.program_costs(),
             engine_secs: self
@@ -1273,6 +1319,13 @@ impl Engine {
 
 /// CPU time of the calling thread: its own work only, not the checker
 /// threads it wakes (wall time would count them on a busy CPU).
+/// Time-sampled observation's schedule: the probes attached for the last
+/// `duty` of each window, so that each window's snapshot, taken at its end
+/// with them attached, carries a peak and fresh distributions.
+fn probes_due(now: Instant, next_window: Instant, window: Duration, duty: f64) -> bool {
+    next_window.saturating_duration_since(now) <= window.mul_f64(duty)
+}
+
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -1334,6 +1387,20 @@ fn spawn_event_watcher(tx: mpsc::Sender<Wake>, stop: Arc<AtomicBool>) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sampled_probes_are_attached_for_the_last_share_of_each_window() {
+        let t0 = std::time::Instant::now();
+        let w = std::time::Duration::from_secs(4);
+        let end = t0 + w;
+        let at = |ms| probes_due(t0 + std::time::Duration::from_millis(ms), end, w, 0.25);
+        assert!(!at(0), "a window begins detached");
+        assert!(!at(2_999));
+        assert!(at(3_000), "the last quarter attached");
+        assert!(at(3_999));
+        assert!(at(4_500), "a window overdue keeps them attached");
+        assert!(probes_due(t0, end, w, 1.0), "duty 1: always");
+    }
 
     #[test]
     fn totals_add_histograms_bucket_by_bucket_in_order() {

@@ -458,7 +458,8 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     r.notes.push(format!(
         "4 KiB random reads at QD16 on the map, in one fio run per case, fio's IOPS logged each \
          second: the daemon in observe mode started and stopped in turn, as it comes and with its \
-         bio probe (bio_probe = true), and empty programs on the same {n} tracepoints (the \
+         probes attached for the last quarter of each window only (observe_duty = 0.25), and \
+         empty programs on the same {n} tracepoints (the \
          floor: what any program there costs), in rotated order, each {window} s window with \
          one between two {window} s windows without any, each window after {settle} s to \
          settle (a start or an exit); each window with one against the mean of its two \
@@ -477,10 +478,10 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             "pathpilot daemon --mode observe",
         ),
         (
-            "bio probe",
-            "observer with the bio probe",
-            Observer::Daemon("bio_probe = true\n"),
-            "pathpilot daemon --mode observe, bio_probe = true",
+            "sampled",
+            "observer sampled a quarter of the time",
+            Observer::Daemon("observe_duty = 0.25\n"),
+            "pathpilot daemon --mode observe, observe_duty = 0.25",
         ),
         (
             "empty programs",
