@@ -1317,8 +1317,6 @@ impl Engine {
     }
 }
 
-/// CPU time of the calling thread: its own work only, not the checker
-/// threads it wakes (wall time would count them on a busy CPU).
 /// Time-sampled observation's schedule: the probes attached for the last
 /// `duty` of each window, so that each window's snapshot, taken at its end
 /// with them attached, carries a peak and fresh distributions.
@@ -1326,6 +1324,8 @@ fn probes_due(now: Instant, next_window: Instant, window: Duration, duty: f64) -
     next_window.saturating_duration_since(now) <= window.mul_f64(duty)
 }
 
+/// CPU time of the calling thread: its own work only, not the checker
+/// threads it wakes (wall time would count them on a busy CPU).
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
