@@ -260,7 +260,9 @@ fn observe_mode_changes_nothing() -> Result<()> {
                 for f in max_sectors_kb nr_requests scheduler; do cat /sys/block/dm-0/queue/$f; done; \
                 cat /sys/block/sd*/device/queue_depth /sys/block/sd*/queue/nr_requests";
     let before = tb.sh(snap)?;
-    start_daemon(&tb, &config("observe", "service-time"), "")?;
+    // Observed in full (the probes never detached), as asked.
+    let cfg = format!("observe_duty = 1\n{}", config("observe", "service-time"));
+    start_daemon(&tb, &cfg, "")?;
     tb.sh(
         "fio --name=o --filename=/dev/dm-0 --rw=randread --bs=64k --direct=1 --ioengine=libaio \
          --iodepth=16 --runtime=60 --time_based --output=/dev/null",
@@ -274,19 +276,20 @@ fn observe_mode_changes_nothing() -> Result<()> {
         "{s}"
     );
     assert_eq!(s["decisions"].as_array().map_or(0, |d| d.len()), 0, "{s}");
-    assert_eq!(s["observed_pct"], 100.0, "observed in full by default: {s}");
+    assert_eq!(s["observed_pct"], 100.0, "observed in full when asked: {s}");
     Ok(())
 }
 
-/// Time-sampled observation (`observe_duty`): the probes run a quarter of
-/// each window, every byte read is still counted (the kernel's counts),
-/// latency comes from the part observed, and the status says how much.
+/// Time-sampled observation (`observe_duty`, a quarter by default): the
+/// probes run a quarter of each window, every byte read is still counted
+/// (the kernel's counts), latency comes from the part observed, and the
+/// status says how much.
 #[test]
 fn sampled_observation_counts_every_byte_and_says_what_share_it_saw() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().paths(2).caps_mib(&[20.0, 20.0]));
     tb.sh("pathpilot create --all --selector round-robin >/dev/null")?;
-    let cfg = format!("observe_duty = 0.25\n{}", config("observe", "service-time"));
-    start_daemon(&tb, &cfg, "")?;
+    // The default: observe mode, no observe_duty given.
+    start_daemon(&tb, &config("observe", "service-time"), "")?;
     let out = tb.sh(
         "fio --name=o --filename=/dev/dm-0 --rw=randread --bs=64k --direct=1 --ioengine=libaio \
          --iodepth=16 --runtime=12 --time_based --output-format=terse --terse-version=3 2>&1",

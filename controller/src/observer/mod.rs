@@ -764,10 +764,20 @@ impl Observer {
             .collect()
     }
 
-    /// [`Self::silences`] of one device.
-    pub fn silence(&self, dev: DevNum) -> Option<std::time::Duration> {
-        if let Some(clocks) = &self.sampling {
-            let s = clocks.get(&dev.kernel())?.silence()?;
+    /// [`Self::silences`] of one device. While sampling, its kernel
+    /// figures are read now: the checker asks between snapshots, and a
+    /// clock moved only at snapshots would understate a stall by up to a
+    /// window.
+    pub fn silence(&mut self, dev: DevNum) -> Option<std::time::Duration> {
+        if self.sampling.is_some() {
+            self.slot_of(dev.kernel())?;
+            if let Some(s) = self
+                .sysfs_attr(dev, "stat")
+                .and_then(|s| blockdev::Stat::parse(&s))
+            {
+                self.stall_clock(dev, &s, monotonic_ns());
+            }
+            let s = self.sampling.as_ref()?.get(&dev.kernel())?.silence()?;
             return Some(std::time::Duration::from_nanos(s));
         }
         let slot = self.slot_of(dev.kernel())?;

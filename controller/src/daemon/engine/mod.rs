@@ -683,13 +683,15 @@ impl Engine {
     }
 
     /// Whether observation is time-sampled now (config `observe_duty`
-    /// below 1): not while any tuner measures toward a decision.
+    /// below 1): not while any tuner measures toward a decision, nor while
+    /// any path is suspect (an error, a bad run, marginal or on
+    /// probation): those judgements want every error and latency.
     fn sampling_wanted(&self) -> bool {
         self.cfg.observe_duty < 1.0
             && !self
                 .maps
                 .iter()
-                .any(|m| m.tuner.as_ref().is_some_and(Tuner::measuring))
+                .any(|m| m.tuner.as_ref().is_some_and(Tuner::measuring) || m.health.suspects())
     }
 
     /// When the probes are next due to be attached, while sampling with
@@ -766,7 +768,7 @@ impl Engine {
                 self.checkers.hurry(&p.name);
             }
         }
-        let (maps, obs) = (&self.maps, &self.obs);
+        let (maps, obs) = (&self.maps, &mut self.obs);
         let mut silent = |name: &str| {
             let dev = maps
                 .iter()

@@ -336,6 +336,16 @@ impl Model {
             .collect()
     }
 
+    /// Whether any path is under suspicion: not healthy, in a run of bad
+    /// windows, or with an error in its error span. Time-sampled
+    /// observation (which sees a share of the errors and latencies) then
+    /// gives way to full observation until the map is clear again.
+    pub fn suspects(&self) -> bool {
+        self.paths.values().any(|p| {
+            p.state != State::Healthy || p.bad_since.is_some() || p.errs.iter().any(|e| e.3 > 0)
+        })
+    }
+
     /// An operator ends a path's marginal state (or probation): healthy,
     /// with its episodes forgotten. False if it was healthy already.
     pub fn unmark(&mut self, dev: DevNum, t: f64) -> bool {
@@ -934,6 +944,24 @@ mod tests {
             let tr = m.step(i as f64, 1.0, &routing("st"), &s);
             assert!(tr.iter().all(|x| x.dev != d(16)), "{tr:?}");
         }
+    }
+
+    #[test]
+    fn a_path_is_suspect_from_its_first_error_until_its_error_span_is_clean() {
+        let mut m = Model::new(Config::default());
+        run(&mut m, 0.0, 10, &EVEN, &[]);
+        assert!(!m.suspects(), "healthy paths and no errors");
+        let mut s = w(&EVEN, &[]);
+        s[1].errors = 1;
+        m.step(10.0, 1.0, &routing("st"), &s);
+        assert!(
+            m.suspects(),
+            "one error (one of 321, not yet a rate): suspect"
+        );
+        run(&mut m, 11.0, 8, &EVEN, &[]);
+        assert!(m.suspects(), "the error is still in its span");
+        run(&mut m, 19.0, 2, &EVEN, &[]);
+        assert!(!m.suspects(), "the span is clean again");
     }
 
     #[test]

@@ -74,12 +74,9 @@ pub struct Toggled {
 }
 
 impl Toggled {
-    /// Adds another run's windows.
-    pub fn extend(&mut self, more: Toggled) {
-        if self.pairs.is_empty() {
-            *self = more;
-            return;
-        }
+    /// Adds another run's windows, of the first configurations (`more`
+    /// measured the first `more.pairs.len()` of this run's).
+    pub fn extend_first(&mut self, more: Toggled) {
         for (a, b) in self.pairs.iter_mut().zip(more.pairs) {
             a.extend(b);
         }
