@@ -197,18 +197,29 @@ impl DeviceInterval {
         let observed_pct = cur.observed.pct_since(&prev.observed);
         // Each bio submitted became a request or merged into one, less one
         // per split (which makes a bio two).
-        let (bios, bio_bytes) = match cur.bios {
+        let (mut bios, mut bio_bytes) = match cur.bios {
             Bios::Probed => (d(cs.bios, ps.bios), d(cs.bio_bytes, ps.bio_bytes)),
             Bios::FromRequests => ((data_ios + bio_merges).saturating_sub(splits), data_bytes),
         };
         // Merges are seen only while the programs are attached: their share
         // is of the data requests issued then, not of the kernel's count.
-        let merge_base = if observed_pct < 100.0 && cur.bios == Bios::FromRequests {
-            (d(cs.sequential, ps.sequential) + d(cs.random, ps.random) + bio_merges)
-                .saturating_sub(splits)
-        } else {
-            bios
-        };
+        let mut merge_base = bios;
+        let seen_requests = d(cs.sequential, ps.sequential) + d(cs.random, ps.random);
+        if observed_pct < 100.0 && seen_requests > 0 {
+            // Sampled: the bios per request of the part seen, over the
+            // kernel's exact count of requests, so that a bio's size (the
+            // tuner's class and shape) reads as in full observation.
+            let seen_bios = match cur.bios {
+                Bios::Probed => bios,
+                Bios::FromRequests => (seen_requests + bio_merges).saturating_sub(splits),
+            };
+            merge_base = seen_bios;
+            let scale = data_ios as f64 / seen_requests as f64;
+            if cur.bios == Bios::Probed {
+                bio_bytes = (bio_bytes as f64 * scale).round() as u64;
+            }
+            bios = (seen_bios as f64 * scale).round() as u64;
+        }
         let size = hist::delta(&cs.size_hist, &ps.size_hist);
         let lat = hist::delta(&cs.lat_hist, &ps.lat_hist);
         let lat_samples = hist::total(&lat);
@@ -535,6 +546,27 @@ mod tests {
         // 50 merged of the 300 bios seen, not of the 1050 the kernel's
         // count would make.
         assert_eq!(i.merge_pct, 16.7);
+        // 300 bios per 250 requests seen: 1200 for the kernel's 1000, of
+        // its exact bytes (3413 B each, not 4096 / 1.05).
+        assert_eq!((i.bios, i.bio_bytes), (1200, 1000 * 4096));
+        // Split bios (512 KiB cut in four): 100 requests seen of 400, 75
+        // splits: 25 bios seen, so 100 of 512 KiB for the kernel's 400.
+        let mut split = s;
+        split.ios[DIR_READ] = 400;
+        split.bytes[DIR_READ] = 400 << 17;
+        (split.random, split.bio_backmerges, split.splits) = (100, 0, 75);
+        let mut cs = snap(t0 + Duration::from_secs(1), dev, split, 0);
+        (cs.bios, cs.observed) = (Bios::FromRequests, c.observed);
+        let i = DeviceInterval::between(dev, "sda", None, &p, &cs).unwrap();
+        assert_eq!((i.bios, i.bio_bytes / i.bios), (100, 512 << 10));
+        // With the bio probe, its bios and bytes scaled the same way.
+        let mut probed = split;
+        (probed.bios, probed.bio_bytes) = (25, 25 << 19);
+        let mut cp = snap(t0 + Duration::from_secs(1), dev, probed, 0);
+        cp.observed = c.observed;
+        p.bios = Bios::Probed;
+        let i = DeviceInterval::between(dev, "sda", None, &p, &cp).unwrap();
+        assert_eq!((i.bios, i.bio_bytes), (100, 100 << 19));
         // Attached throughout: all of it, and merges judged as before.
         c.observed.attached_ns = 1_005_000_000;
         let i = DeviceInterval::between(dev, "sda", None, &p, &c).unwrap();
