@@ -569,17 +569,29 @@ fn stalled_device_is_silent(sampled: bool) {
         .spawn()
         .unwrap();
     if sampled {
-        obs.sample(false).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        obs.snapshot().unwrap();
-        let first = obs.silences()[&dev.dev];
-        assert!(
-            first < std::time::Duration::from_millis(300),
-            "first seen in flight at the snapshot: the clock starts ({first:?})"
-        );
+        // Stalled while observed in full; sampling begins (as the daemon
+        // begins it once the stall pauses its tuner): the silence goes on
+        // from the probes' clock, not from the switch.
         std::thread::sleep(std::time::Duration::from_millis(600));
+        obs.sample(false).unwrap();
+        obs.snapshot().unwrap();
+        let carried = obs.silences()[&dev.dev];
+        assert!(
+            carried >= std::time::Duration::from_millis(550),
+            "the probes' silence carried into sampling ({carried:?})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let s = obs.snapshot().unwrap();
         assert!(s.devices[&dev.dev].silent_ns.is_some(), "{s:#?}");
+        // Back to full observation: the probes' clock takes the silence
+        // on, and gives it back when sampling begins again.
+        obs.observe_fully().unwrap();
+        let back = obs.silence(dev.dev).expect("a write in flight");
+        assert!(
+            back >= std::time::Duration::from_millis(850),
+            "the sampled silence carried back ({back:?})"
+        );
+        obs.sample(false).unwrap();
         // Asked between snapshots (as the checker asks), the kernel's
         // figures are read then: the silence is not held at the last
         // snapshot's.

@@ -493,8 +493,32 @@ impl Observer {
     /// sizes, sequentiality, merges, splits, errors, requeues and remaps
     /// are those of the attached part (`Snapshot::observed`).
     pub fn sample(&mut self, attached: bool) -> Result<(), ObserveError> {
-        self.sampling.get_or_insert_with(StdHashMap::new);
+        if self.sampling.is_none() {
+            self.sampling = Some(self.clocks_from_probes());
+        }
         self.attach(attached)
+    }
+
+    /// The stall clocks sampling starts with: each device's silence as
+    /// the probes, attached until now, timed it, on the kernel's counts
+    /// read now. A stall under way goes on being timed from its start:
+    /// the daemon starts sampling when its tuner stops measuring, which a
+    /// stall itself does (it pauses the tuner).
+    fn clocks_from_probes(&mut self) -> StdHashMap<u32, StallClock> {
+        let now = monotonic_ns();
+        let watched = self.watched();
+        let kernel = self.kernel_stats(&watched);
+        watched
+            .into_iter()
+            .filter_map(|dev| {
+                let s = kernel.get(&dev).copied().flatten()?;
+                let slot = self.slot_of(dev.kernel())?;
+                let quiet = self.shared_view.get(slot).and_then(|sh| silence(&sh, now));
+                let mut c = StallClock::next(None, s.counts.ios.iter().sum(), s.in_flight, now);
+                c.moved_ns = now.saturating_sub(quiet.unwrap_or(0));
+                Some((dev.kernel(), c))
+            })
+            .collect()
     }
 
     /// Ends time-sampled observation: the programs attached for good.
@@ -522,7 +546,9 @@ impl Observer {
         if on {
             // Requests issued while detached complete once attached: each
             // device's count in flight starts again from the kernel's, and
-            // its clocks from now (so no silence is read into the gap).
+            // its clocks from its stall clock's, read now (from now if it
+            // completed something in the gap: no silence is read into it;
+            // a stall under way goes on from its start).
             let watched = self.watched();
             let kernel = self.kernel_stats(&watched);
             for dev in watched {
@@ -535,10 +561,16 @@ impl Observer {
                 if let Some(s) = &stat {
                     self.stall_clock(dev, s, now);
                 }
+                let since = self
+                    .sampling
+                    .as_ref()
+                    .and_then(|c| c.get(&dev.kernel()))
+                    .filter(|c| c.in_flight > 0)
+                    .map_or(now, |c| c.moved_ns);
                 for (field, v) in [
                     (std::mem::offset_of!(DevShared, inflight), n),
-                    (std::mem::offset_of!(DevShared, busy_since_ns), now),
-                    (std::mem::offset_of!(DevShared, last_complete_ns), now),
+                    (std::mem::offset_of!(DevShared, busy_since_ns), since),
+                    (std::mem::offset_of!(DevShared, last_complete_ns), since),
                 ] {
                     self.shared_view.store_u64(slot, field, v);
                 }
