@@ -803,10 +803,7 @@ impl Observer {
     pub fn silence(&mut self, dev: DevNum) -> Option<std::time::Duration> {
         if self.sampling.is_some() {
             self.slot_of(dev.kernel())?;
-            if let Some(s) = self
-                .sysfs_attr(dev, "stat")
-                .and_then(|s| blockdev::Stat::parse(&s))
-            {
+            if let Some(s) = self.kernel_stats(&[dev]).remove(&dev).flatten() {
                 self.stall_clock(dev, &s, monotonic_ns());
             }
             let s = self.sampling.as_ref()?.get(&dev.kernel())?.silence()?;
