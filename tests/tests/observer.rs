@@ -618,9 +618,9 @@ fn stalled_device_is_silent(sampled: bool) {
 }
 
 /// Time-sampled observation: I/O done with the probes detached is in the
-/// kernel's counts, exact; the probes' own figures (latency, sizes,
-/// sequentiality) cover the attached part, and the interval says how much
-/// that was.
+/// kernel's counts, exact, and merges in the programs' that stay attached;
+/// the probes' own figures (latency, sizes, sequentiality) cover the
+/// attached part, and the interval says how much that was.
 #[test]
 fn sampled_observation_keeps_the_kernels_counts_exact_and_says_what_it_saw() {
     let lo = LoopDev::new(64);
@@ -661,6 +661,21 @@ fn sampled_observation_keeps_the_kernels_counts_exact_and_says_what_it_saw() {
         "the probes were detached part of it: {i:#?}"
     );
     assert_eq!(i.inflight, 0, "{i:#?}");
+    // Merges stay counted with the request programs detached: page-cache
+    // writeback merges bios, which the bios (the kernel's requests and
+    // those merges) count.
+    obs.sample(false).unwrap();
+    let before = obs.snapshot().unwrap();
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=4k count=4096 conv=fsync status=none",
+        lo.path
+    ));
+    let after = obs.snapshot().unwrap();
+    let i = DeviceInterval::between(dev.dev, &dev.name, None, &before, &after).unwrap();
+    assert_eq!(i.write_bytes, 4096 * 4096, "{i:#?}");
+    assert_eq!((i.completed, i.observed_pct), (0, 0.0), "detached: {i:#?}");
+    assert!(i.merges > 0, "merges counted while detached: {i:#?}");
+    assert!(i.bios > i.write_ios, "{i:#?}");
     // Back in full: everything seen again, and the interval says so.
     obs.observe_fully().unwrap();
     assert!(!obs.sampling() && obs.attached());

@@ -309,7 +309,7 @@ fn sampled_observation_counts_every_byte_and_says_what_share_it_saw() -> Result<
     let s = daemon_status(&tb)?;
     let log = pathpilot_tests::vm::daemon_log(&tb);
     assert!(
-        log.contains("observation sampled: the probes run for the last 25% of each window"),
+        log.contains("observation sampled: the probes run for 25% of each window (across"),
         "{log}"
     );
     let m = &s["maps"][0];

@@ -38,8 +38,10 @@ pub struct Config {
     /// `Observer::sample`): 1 keeps them attached. Below 1 (the default,
     /// a quarter: in the testbed guest, the always-attached probes cost
     /// more than the 5% issue 14 allows), I/Os, bytes, in-flight and busy
-    /// time stay exact (the kernel's counts), while latency, sizes, merges
-    /// and errors come from the attached part, the end of each window.
+    /// time stay exact (the kernel's counts), as do merges and splits
+    /// (their programs stay attached), while latency, sizes, order and
+    /// errors come from the attached part: the end of one window and the
+    /// start of the next, every other window.
     pub observe_duty: f64,
     pub maps: MapsConfig,
     pub checker: CheckerConfig,

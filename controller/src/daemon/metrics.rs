@@ -307,7 +307,7 @@ pub fn render(s: &DaemonStatus) -> String {
         "pathpilot_observed_ratio",
         "gauge",
         "Share of the last window the probes were attached: 1 unless observation is sampled \
-         (config observe_duty); latency, sizes, merges and errors cover this share.",
+         (config observe_duty); latency, sizes, order and errors cover this share.",
     );
     o.sample("pathpilot_observed_ratio", "", s.observed_pct / 100.0);
     o.family(

@@ -189,9 +189,10 @@ async fn serve(
     );
     if cfg.observe_duty < 1.0 {
         eprintln!(
-            "pathpilot: observation sampled: the probes run for the last {:.0}% of each window \
-             while no tuner measures and no path is suspect (observe_duty = {}; latency, sizes, \
-             merges and errors from that part, I/Os and bytes exact)",
+            "pathpilot: observation sampled: the probes run for {:.0}% of each window (across \
+             every other window's end) while no tuner measures and no path is suspect \
+             (observe_duty = {}; latency, sizes, order and errors from that part; I/Os, bytes, \
+             merges and splits exact)",
             cfg.observe_duty * 100.0,
             cfg.observe_duty
         );

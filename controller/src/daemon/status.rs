@@ -178,7 +178,8 @@ pub struct DaemonStatus {
     /// CPU seconds the engine thread spent per kind of work since start:
     /// `checkers` (starting checks, reading their verdicts), `dm_status`
     /// (each map's table and status), `rescan` (path discovery),
-    /// `observer` (reading the BPF maps), `knobs` (reading back each
+    /// `observer` (reading the BPF maps), `probes` (attaching and
+    /// detaching the observer's programs while sampling), `knobs` (reading back each
     /// managed map's knobs), `window` (figures, health, the tuner's
     /// decisions), `changes` (applying and reading back the changes the
     /// tuner makes), `publish` (this status), `requests` (control socket).

@@ -86,8 +86,9 @@ pub struct DeviceInterval {
     /// The share of the interval the programs were attached: 100 unless
     /// observation is time-sampled (the daemon's `observe_duty`). The
     /// counts by direction, bytes, rates, in-flight and busy figures are
-    /// the kernel's, exact whatever this is; sizes, latency, merges,
-    /// splits, sequentiality, errors, requeues and remaps cover this share.
+    /// the kernel's, and merges and splits the programs' that stay
+    /// attached, exact whatever this is; sizes, latency, sequentiality,
+    /// errors, requeues and remaps cover this share.
     pub observed_pct: f64,
 }
 
@@ -196,29 +197,22 @@ impl DeviceInterval {
         let splits = d(cs.splits, ps.splits);
         let observed_pct = cur.observed.pct_since(&prev.observed);
         // Each bio submitted became a request or merged into one, less one
-        // per split (which makes a bio two).
+        // per split (which makes a bio two). Merges and splits are counted
+        // in full even while sampled (their programs stay attached), and
+        // requests by the kernel: bios from them are exact.
         let (mut bios, mut bio_bytes) = match cur.bios {
             Bios::Probed => (d(cs.bios, ps.bios), d(cs.bio_bytes, ps.bio_bytes)),
             Bios::FromRequests => ((data_ios + bio_merges).saturating_sub(splits), data_bytes),
         };
-        // Merges are seen only while the programs are attached: their share
-        // is of the data requests issued then, not of the kernel's count.
-        let mut merge_base = bios;
         let seen_requests = d(cs.sequential, ps.sequential) + d(cs.random, ps.random);
-        if observed_pct < 100.0 && seen_requests > 0 {
-            // Sampled: the bios per request of the part seen, over the
-            // kernel's exact count of requests, so that a bio's size (the
-            // tuner's class and shape) reads as in full observation.
-            let seen_bios = match cur.bios {
-                Bios::Probed => bios,
-                Bios::FromRequests => (seen_requests + bio_merges).saturating_sub(splits),
-            };
-            merge_base = seen_bios;
+        if observed_pct < 100.0 && seen_requests > 0 && cur.bios == Bios::Probed {
+            // Sampled, the bio probe sees the attached part only: its bios
+            // per request there, over the kernel's exact count of requests,
+            // so that a bio's size (the tuner's class and shape) reads as
+            // in full observation.
             let scale = data_ios as f64 / seen_requests as f64;
-            if cur.bios == Bios::Probed {
-                bio_bytes = (bio_bytes as f64 * scale).round() as u64;
-            }
-            bios = (seen_bios as f64 * scale).round() as u64;
+            bio_bytes = (bio_bytes as f64 * scale).round() as u64;
+            bios = (bios as f64 * scale).round() as u64;
         }
         let size = hist::delta(&cs.size_hist, &ps.size_hist);
         let lat = hist::delta(&cs.lat_hist, &ps.lat_hist);
@@ -247,8 +241,8 @@ impl DeviceInterval {
             read_mib_s: round(per_s(bytes(DIR_READ) as f64) / 1048576.0, 3),
             write_mib_s: round(per_s(bytes(DIR_WRITE) as f64) / 1048576.0, 3),
             merges: bio_merges + d(cs.rq_merges, ps.rq_merges),
-            merge_pct: if merge_base > 0 {
-                round(bio_merges as f64 / merge_base as f64 * 100.0, 1)
+            merge_pct: if bios > 0 {
+                round(bio_merges as f64 / bios as f64 * 100.0, 1)
             } else {
                 0.0
             },
@@ -519,7 +513,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sampled_interval_says_what_share_it_saw_and_judges_merges_by_it() {
+    fn a_sampled_interval_says_what_share_it_saw_and_scales_probed_bios_by_it() {
         let dev = DevNum::new(8, 0);
         let t0 = Instant::now();
         let mut p = snap(t0, dev, DevStats::ZERO, 0);
@@ -529,7 +523,8 @@ mod tests {
             attached_ns: 5_000_000,
         };
         // The kernel's 1000 reads, of which the programs, attached a
-        // quarter of the second, saw 250 issued and 50 bios merged.
+        // quarter of the second, saw 250 issued; 50 bios merged, counted
+        // in full (the merge programs stay attached).
         let mut s = DevStats::ZERO;
         s.ios[DIR_READ] = 1000;
         s.bytes[DIR_READ] = 1000 * 4096;
@@ -543,23 +538,22 @@ mod tests {
         };
         let i = DeviceInterval::between(dev, "sda", None, &p, &c).unwrap();
         assert_eq!((i.observed_pct, i.read_ios), (25.0, 1000));
-        // 50 merged of the 300 bios seen, not of the 1050 the kernel's
-        // count would make.
-        assert_eq!(i.merge_pct, 16.7);
-        // 300 bios per 250 requests seen: 1200 for the kernel's 1000, of
-        // its exact bytes (3413 B each, not 4096 / 1.05).
-        assert_eq!((i.bios, i.bio_bytes), (1200, 1000 * 4096));
-        // Split bios (512 KiB cut in four): 100 requests seen of 400, 75
-        // splits: 25 bios seen, so 100 of 512 KiB for the kernel's 400.
+        // Bios from the kernel's requests and the full merge count: 1050,
+        // 50 of them merged, whatever share the issue program saw.
+        assert_eq!((i.bios, i.bio_bytes), (1050, 1000 * 4096));
+        assert_eq!(i.merge_pct, 4.8);
+        // Split bios (512 KiB cut in four): the kernel's 400 requests, 300
+        // splits: 100 bios of 512 KiB.
         let mut split = s;
         split.ios[DIR_READ] = 400;
         split.bytes[DIR_READ] = 400 << 17;
-        (split.random, split.bio_backmerges, split.splits) = (100, 0, 75);
+        (split.random, split.bio_backmerges, split.splits) = (100, 0, 300);
         let mut cs = snap(t0 + Duration::from_secs(1), dev, split, 0);
         (cs.bios, cs.observed) = (Bios::FromRequests, c.observed);
         let i = DeviceInterval::between(dev, "sda", None, &p, &cs).unwrap();
         assert_eq!((i.bios, i.bio_bytes / i.bios), (100, 512 << 10));
-        // With the bio probe, its bios and bytes scaled the same way.
+        // With the bio probe, attached as the issue program is: the 25 bios
+        // it saw per 100 requests seen, over the kernel's 400.
         let mut probed = split;
         (probed.bios, probed.bio_bytes) = (25, 25 << 19);
         let mut cp = snap(t0 + Duration::from_secs(1), dev, probed, 0);
@@ -567,7 +561,7 @@ mod tests {
         p.bios = Bios::Probed;
         let i = DeviceInterval::between(dev, "sda", None, &p, &cp).unwrap();
         assert_eq!((i.bios, i.bio_bytes), (100, 100 << 19));
-        // Attached throughout: all of it, and merges judged as before.
+        // Attached throughout: all of it, the merges as sampled.
         c.observed.attached_ns = 1_005_000_000;
         let i = DeviceInterval::between(dev, "sda", None, &p, &c).unwrap();
         assert_eq!((i.observed_pct, i.merge_pct), (100.0, 4.8));

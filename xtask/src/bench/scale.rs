@@ -121,8 +121,9 @@ struct Sample {
     threads: f64,
     rss_mib: f64,
     hwm_mib: f64,
-    /// pathpilot only: the engine's CPU per window on the observer, the
-    /// knob read-back and the window's own work, ms.
+    /// pathpilot only: the engine's CPU per window on the observer (its
+    /// snapshot and, while sampling, attaching and detaching its programs),
+    /// the knob read-back and the window's own work, ms.
     window_ms: Option<f64>,
     /// pathpilot only: the engine's CPU on discovery passes during the
     /// steady figure, ms per minute (a minute holds one full pass).
@@ -191,8 +192,9 @@ fn by_work(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Str
         .join(", ")
 }
 
-/// A window's work: the observer, the knob read-back, the window itself.
-const WINDOW_WORK: &[&str] = &["observer", "knobs", "window"];
+/// A window's work: the observer (snapshot, and the probes attached and
+/// detached while sampling), the knob read-back, the window itself.
+const WINDOW_WORK: &[&str] = &["observer", "probes", "knobs", "window"];
 /// Discovery: a light pass each check interval, a full one a minute.
 const SCAN_WORK: &[&str] = &["rescan"];
 
