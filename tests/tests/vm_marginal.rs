@@ -137,13 +137,18 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
     std::thread::sleep(Duration::from_secs(12));
     let before = steady_p99_ms(&tb, 4)?;
 
+    // Whether the daemon sampled as the path slowed (a converged tuner)
+    // or observed in full (a tuner measuring): the judgement holds both.
+    let observed = daemon_status(&tb)?["observed_pct"]
+        .as_f64()
+        .unwrap_or(100.0);
     // A twentieth of its rate: slow, not dead (the checker's reads pass).
     tb.set_caps(1, 1.0, 0)?;
     let found = wait_health(&tb, &sick.name, "marginal", Duration::from_secs(25))?;
     let (g, groups) = group_of(&tb, &sick.dev)?;
     eprintln!(
-        "MEASURED marginal: {} slowed 20 MiB/s -> 1 MiB/s, judged marginal after {:.1} s; \
-         set aside in group {g} of {groups}",
+        "MEASURED marginal: {} slowed 20 MiB/s -> 1 MiB/s ({observed}% observed then), \
+         judged marginal after {:.1} s; set aside in group {g} of {groups}",
         sick.name,
         found.as_secs_f64()
     );

@@ -57,6 +57,7 @@ impl Engine {
                         .collect(),
                     completed: i.completed,
                     errors: i.errors,
+                    observed: i.observed_pct / 100.0,
                 }
             })
             .collect();

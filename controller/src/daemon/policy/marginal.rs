@@ -158,6 +158,24 @@ pub struct Sample {
     pub latency: Vec<(&'static str, u64, f64)>,
     pub completed: u64,
     pub errors: u64,
+    /// The share of the window its latencies, completions and errors
+    /// cover (0..1): 1 unless observation is time-sampled.
+    pub observed: f64,
+}
+
+impl Sample {
+    /// Latency samples it needs in a class to be judged on latency: a
+    /// sampled window holds its share of them (a path slowed to 16 IOPS
+    /// completes 4 in a quarter of a 1 s window, never 5), so it needs
+    /// that share of `min`, at least 2. What it judges bad brings full
+    /// observation back (`Model::suspects`), whose windows need `min`
+    /// again to go on with the run; only those teach a path's usual ratio.
+    fn min_samples(&self, min: u64) -> u64 {
+        if self.observed >= 1.0 {
+            return min;
+        }
+        ((min as f64 * self.observed).ceil() as u64).clamp(min.min(2), min)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -270,7 +288,8 @@ pub struct Model {
 }
 
 /// Service time per request, µs: median latency over the mean number of
-/// requests in flight (at least one), from `n` completions in `secs`.
+/// requests in flight (at least one), from `n` completions in `secs` (the
+/// time they were observed in).
 fn service_us(median_us: f64, n: u64, secs: f64) -> f64 {
     let in_flight = n as f64 * median_us / 1e6 / secs.max(1e-3);
     median_us / in_flight.max(1.0)
@@ -282,17 +301,17 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
     let (class, n, lat) = s
         .latency
         .iter()
-        .filter(|(_, n, _)| *n >= min)
+        .filter(|(_, n, _)| *n >= s.min_samples(min))
         .max_by_key(|(_, n, _)| *n)?;
-    let mine = service_us(*lat, *n, secs);
+    let mine = service_us(*lat, *n, secs * s.observed);
     let mut peers: Vec<f64> = all
         .iter()
         .filter(|p| p.dev != s.dev && p.in_service)
         .filter_map(|p| {
             p.latency
                 .iter()
-                .find(|(c, n, _)| c == class && *n >= min)
-                .map(|l| service_us(l.2, l.1, secs))
+                .find(|(c, n, _)| c == class && *n >= p.min_samples(min))
+                .map(|l| service_us(l.2, l.1, secs * p.observed))
         })
         .collect();
     if peers.is_empty() {
@@ -603,10 +622,15 @@ fn judge(
         ),
         None => format!("{} (learning)", figures()),
     };
+    // Fewer samples than `min` judge a sampled window, but teach nothing.
+    let enough = s
+        .latency
+        .iter()
+        .any(|(c, n, _)| *c == class && *n >= cfg.min_samples);
     Some(Verdict {
         bad,
         why,
-        learn: Some((
+        learn: enough.then_some((
             key,
             Usual {
                 log_ratio: l,
@@ -634,6 +658,7 @@ mod tests {
                 latency: vec![("64k-256k", *n, ms * 1000.0)],
                 completed: *n,
                 errors: 0,
+                observed: 1.0,
             })
             .collect()
     }
@@ -691,6 +716,46 @@ mod tests {
     /// Path 1 at a twentieth of its rate: as many in flight (queue-length),
     /// a twentieth of the completions.
     const SICK: [(f64, u64); 4] = [(12.5, 320), (250.0, 16), (12.5, 320), (12.5, 320)];
+
+    #[test]
+    fn a_sampled_window_judges_a_slow_path_on_its_share_of_the_samples() {
+        // A quarter of each 1 s window observed: a quarter of EVEN's and
+        // SICK's completions, 4 on the sick path, where 5 judge a full one.
+        let quarter = |p: &[(f64, u64); 4], share: f64| {
+            let mut v = w(&p.map(|(ms, n)| (ms, n / 4)), &[]);
+            for s in &mut v {
+                s.observed = share;
+            }
+            v
+        };
+        let r = routing("st");
+        let mut m = Model::new(Config::default());
+        for t in 0..30 {
+            assert!(m.step(t as f64, 1.0, &r, &quarter(&EVEN, 0.25)).is_empty());
+        }
+        // Taken as full windows, 4 samples say nothing.
+        let mut full = m.clone();
+        full.step(30.0, 1.0, &r, &quarter(&SICK, 1.0));
+        assert!(!full.suspects(), "4 samples judged a full window");
+        // Sampled, they start a bad run: the path is suspect (the probes
+        // stay attached from there) but not marginal on that alone.
+        assert!(m.step(30.0, 1.0, &r, &quarter(&SICK, 0.25)).is_empty());
+        assert!(m.suspects(), "the sick path not judged from its share");
+        assert_eq!(m.state(d(16)), State::Healthy);
+        // In full observation from there, it is set aside as ever.
+        let tr = run(&mut m, 31.0, 4, &SICK, &[]);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert_eq!((tr[0].1.dev, tr[0].1.to), (d(16), "marginal"));
+        // Judged on 2 of 5 samples, a window teaches no usual ratio: a
+        // healthy path with 3 samples leaves the learnt ones as they were.
+        let mut few = Model::new(Config::default());
+        let mut thin = quarter(&EVEN, 0.25);
+        for s in &mut thin {
+            s.latency[0].1 = 3;
+        }
+        few.step(0.0, 1.0, &r, &thin);
+        assert!(few.paths.values().all(|p| p.usual.is_empty()));
+    }
 
     #[test]
     fn a_path_twenty_times_slower_is_set_aside_and_serves_again_after_recovery() {
