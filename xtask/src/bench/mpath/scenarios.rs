@@ -460,7 +460,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     r.notes.push(format!(
         "4 KiB random reads at QD16 on the map, in one fio run per case, fio's IOPS logged each \
          second: the daemon in observe mode started and stopped in turn, as it comes (its probes \
-         attached for the last quarter of each window, observe_duty's default) and with them \
+         attached a quarter of each window, observe_duty's default) and with them \
          always attached (observe_duty = 1), and empty programs on the same {n} tracepoints \
          (the floor: what any program there costs), in rotated order, each {window} s window \
          with one between two {window} s windows without any, each window after {settle} s to \
