@@ -10,8 +10,8 @@ use pathpilot::{blockdev::DevNum, mpath::MultipathTable};
 use pathpilot_tests::{
     boot_or_skip,
     vm::{
-        Testbed, daemon_log, expect_clean, poll_since, start_daemon, verified_writer,
-        wait_map_ready,
+        Testbed, daemon_log, daemon_status, expect_clean, poll, poll_since, start_daemon,
+        verified_writer, wait_map_ready,
     },
 };
 use xtask::testbed::{AluaSpec, AluaState, Backstore};
@@ -248,14 +248,16 @@ fn an_unavailable_port_fails_over_and_back() -> Result<()> {
         over.as_secs_f64()
     );
 
-    // It comes back optimized: I/O returns to it.
+    // It comes back optimized: I/O returns to it within 10 s (a check
+    // interval to see the port, a rescan when its capacity was read while
+    // it was unavailable, a regrouping reload and a failback).
     let t = Instant::now();
     tb.set_alua_state(10, AluaState::Optimized)?;
     let back = poll_since(
         &tb,
         t,
         "I/O back on port 1",
-        Duration::from_secs(20),
+        Duration::from_secs(10),
         |tb| {
             Ok(groups(tb)?.1.first() == Some(&vec![devs[0].clone()])
                 && shares_over(tb, 1)?[0] >= 0.9)
@@ -263,6 +265,28 @@ fn an_unavailable_port_fails_over_and_back() -> Result<()> {
     )?;
     eprintln!(
         "failback: I/O on port 1 {:.1} s after it became optimized again",
+        back.as_secs_f64()
+    );
+    // The daemon times the return itself, from the check that read the
+    // port usable to the path serving, in its log and status.
+    let port1 = &tb.alua_ports()[0].disk;
+    poll(&tb, "the return in the log", Duration::from_secs(5), |tb| {
+        Ok(daemon_log(tb)
+            .lines()
+            .any(|l| l.contains(&format!("{port1} serves I/O again"))))
+    })?;
+    let st = daemon_status(&tb)?;
+    let timed = st["maps"][0]["paths"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == port1.as_str()))
+        .and_then(|p| p["port_return_s"].as_f64());
+    eprintln!("the daemon's figure: {timed:?} s");
+    for l in daemon_log(&tb).lines().filter(|l| l.contains("rescanned")) {
+        eprintln!("{l}");
+    }
+    ensure!(
+        timed.is_some_and(|s| s > 0.0 && s <= back.as_secs_f64() + 1.0),
+        "the status times the return ({timed:?} s; the test saw {:.1} s)",
         back.as_secs_f64()
     );
     expect_clean(&tb, &job, "unavailable port")?;

@@ -7,7 +7,10 @@
 //! still completing commands: a path saturated at a low queue_depth keeps
 //! the check waiting behind queued I/O, and failing it for that would take
 //! a working path away under load.
-use super::tur::{self, Tur};
+use super::{
+    policy::failback,
+    tur::{self, Tur},
+};
 use crate::{
     discovery::alua::{AccessState, Alua},
     sysfs_attr::KeptFiles,
@@ -17,6 +20,7 @@ use std::{
     fs::File,
     io,
     os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
+    path::{Path, PathBuf},
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
@@ -56,6 +60,9 @@ pub struct Report {
     /// The path's ALUA access state as the check read it (`None`: not an
     /// ALUA path).
     pub alua: Option<AccessState>,
+    /// The check rescanned a device that read as empty on a port that
+    /// takes I/O.
+    pub rescanned_empty: bool,
 }
 
 /// One path's checks, with what they keep open between them: the ALUA
@@ -67,39 +74,85 @@ pub struct Report {
 /// is now: keeping saves only the opens of a check that succeeds.
 pub struct Probe {
     name: String,
-    sys: std::path::PathBuf,
+    sys: PathBuf,
+    dev_node: PathBuf,
     attrs: KeptFiles<&'static str>,
     dev: Option<File>,
+    /// The last check rescanned a device that read as empty.
+    rescanned_empty: bool,
+}
+
+/// Why a read check failed: the device read as empty (0 bytes at offset
+/// 0: no capacity), or another error.
+struct ReadFailure {
+    empty: bool,
+    why: String,
 }
 
 impl Probe {
     pub fn new(name: &str) -> Self {
+        Self::at(
+            name,
+            Path::new("/sys/class/block").join(name),
+            Path::new("/dev").join(name),
+        )
+    }
+
+    /// A probe of the device node `dev_node` whose sysfs directory is
+    /// `sys`.
+    fn at(name: &str, sys: PathBuf, dev_node: PathBuf) -> Self {
         Self {
             name: name.to_string(),
-            sys: std::path::Path::new("/sys/class/block").join(name),
+            sys,
+            dev_node,
             attrs: KeptFiles::default(),
             dev: None,
+            rescanned_empty: false,
         }
     }
 
     /// Reads one aligned block from the device, bypassing the page cache;
     /// with the path's ALUA state, read on the way (the daemon follows the
     /// array's port states from the checks rather than reading them
-    /// again).
+    /// again). An ALUA device is rescanned first where
+    /// [`failback::rescan_port`] says the kernel's view of it is stale,
+    /// once a check.
     pub fn check(&mut self) -> (Result<(), String>, Option<AccessState>) {
-        let (sys, attrs) = (&self.sys, &mut self.attrs);
-        let alua = Alua::state_asking_if_refused(sys, &mut |f| {
-            attrs.read(f, || sys.join("device").join(f)).ok()
-        });
-        (self.check_path(alua), alua)
+        let mut rescanned = false;
+        self.rescanned_empty = false;
+        loop {
+            let alua = self.alua_state();
+            let stale = |empty| alua.is_some_and(|s| failback::rescan_port(s, empty));
+            if !rescanned && stale(false) {
+                rescanned = Alua::rescan(&self.sys);
+                if rescanned {
+                    continue;
+                }
+            }
+            let r = self.check_path(alua);
+            match r {
+                Err(f) if f.empty && !rescanned && stale(true) && Alua::rescan(&self.sys) => {
+                    rescanned = true;
+                    self.rescanned_empty = true;
+                }
+                r => return (r.map_err(|f| f.why), alua),
+            }
+        }
     }
 
-    fn check_path(&mut self, alua: Option<AccessState>) -> Result<(), String> {
+    fn alua_state(&mut self) -> Option<AccessState> {
+        let (sys, attrs) = (&self.sys, &mut self.attrs);
+        Alua::state_from(&mut |f| attrs.read(f, || sys.join("device").join(f)).ok())
+    }
+
+    fn check_path(&mut self, alua: Option<AccessState>) -> Result<(), ReadFailure> {
+        let dev = self.dev_node.display().to_string();
+        let failed = |why: String| ReadFailure { empty: false, why };
         if alua == Some(AccessState::Standby) {
             // Reads fail on a standby port by design: ask the array instead.
-            return match tur::test_unit_ready(&self.name, 30_000)? {
+            return match tur::test_unit_ready(&self.name, 30_000).map_err(failed)? {
                 Tur::Ready | Tur::Standby => Ok(()),
-                Tur::Down(why) => Err(format!("/dev/{}: {why}", self.name)),
+                Tur::Down(why) => Err(failed(format!("{dev}: {why}"))),
             };
         }
         if let Some(f) = &self.dev {
@@ -108,13 +161,15 @@ impl Probe {
             }
             self.dev = None;
         }
-        let dev = format!("/dev/{}", self.name);
         let f = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
-            .open(&dev)
-            .map_err(|e| format!("open {dev}: {e}"))?;
-        read_aligned(&f).map_err(|e| format!("read {dev}: {e}"))?;
+            .open(&self.dev_node)
+            .map_err(|e| failed(format!("open {dev}: {e}")))?;
+        read_aligned(&f).map_err(|e| ReadFailure {
+            empty: e.kind() == io::ErrorKind::UnexpectedEof,
+            why: format!("read {dev}: {e}"),
+        })?;
         self.dev = Some(f);
         Ok(())
     }
@@ -122,6 +177,12 @@ impl Probe {
     /// Whether the device is kept open (its last check read it well).
     pub fn keeps_device(&self) -> bool {
         self.dev.is_some()
+    }
+
+    /// Whether the last check rescanned a device that read as empty on a
+    /// port that takes I/O.
+    pub fn rescanned_empty(&self) -> bool {
+        self.rescanned_empty
     }
 }
 
@@ -171,6 +232,10 @@ struct PathChecker {
     /// When the device last had commands outstanding, all younger than the
     /// timeout, while this check waited past it.
     answering_at: Option<Instant>,
+    /// When the check started that read the path's port take I/O again
+    /// after it refused it ([`failback::port_returned`]), until the engine
+    /// sees the path serve.
+    returned: Option<Instant>,
 }
 
 /// The checkers of every path, driven by the engine's ticks.
@@ -263,6 +328,7 @@ impl Checkers {
                         result,
                         took: t.elapsed(),
                         alua,
+                        rescanned_empty: probe.rescanned_empty(),
                     };
                     if tx.send(r).is_err() {
                         break;
@@ -286,6 +352,7 @@ impl Checkers {
                 alua: None,
                 queued_noted: false,
                 answering_at: None,
+                returned: None,
             },
         );
     }
@@ -318,6 +385,19 @@ impl Checkers {
         self.paths.get(name).and_then(|p| p.alua)
     }
 
+    /// When the path's port returned (the start of the check that read it
+    /// take I/O again), while the engine has not yet seen it serve.
+    pub fn returned(&self, name: &str) -> Option<Instant> {
+        self.paths.get(name).and_then(|p| p.returned)
+    }
+
+    /// The engine saw the returned path serve, or stops waiting for it.
+    pub fn forget_return(&mut self, name: &str) {
+        if let Some(p) = self.paths.get_mut(name) {
+            p.returned = None;
+        }
+    }
+
     pub fn last_ms(&self, name: &str) -> Option<f64> {
         self.paths.get(name).and_then(|p| p.last_ms)
     }
@@ -343,12 +423,29 @@ impl Checkers {
             p.queued_noted = false;
             p.answering_at = None;
             p.last_ms = Some(r.took.as_secs_f64() * 1000.0);
+            if r.rescanned_empty {
+                notes.push(format!(
+                    "path {}: the device read as empty on a port that takes I/O: rescanned, \
+                     so its capacity is read again ({})",
+                    r.path,
+                    if r.result.is_ok() {
+                        "it reads now"
+                    } else {
+                        "it still does not read"
+                    }
+                ));
+            }
             let (to, detail) = match r.result {
                 Ok(()) => (Verdict::Ready, None),
                 Err(e) => (Verdict::Faulty, Some(e)),
             };
             let steady = to == Verdict::Ready && p.verdict == Verdict::Ready && p.alua == r.alua;
             p.every = backoff(p.every, self.interval, self.max_interval, steady);
+            if failback::port_returned(p.alua, r.alua) {
+                p.returned = p.verdict_from;
+            } else if r.alua.is_some_and(AccessState::refuses_io) {
+                p.returned = None;
+            }
             p.alua = r.alua;
             p.last_error = detail.clone();
             if to != p.verdict {
@@ -466,6 +563,44 @@ mod tests {
         std::fs::rename(&new, &node).unwrap();
         assert_eq!(p.check().0, Ok(()));
         assert!(p.keeps_device());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_alua_port_is_rescanned_while_it_refuses_io_or_its_device_reads_empty() {
+        // A directory stands for the device's sysfs, a file for its node.
+        let dir = std::env::temp_dir().join(format!("pp-probe-alua-{}", std::process::id()));
+        let (sys, node) = (dir.join("sys"), dir.join("node"));
+        std::fs::create_dir_all(sys.join("device")).unwrap();
+        let attr = |f: &str, v: &str| std::fs::write(sys.join("device").join(f), v).unwrap();
+        let rescanned = || std::fs::remove_file(sys.join("device/rescan")).is_ok();
+        let mut p = Probe::at("node", sys.clone(), node.clone());
+        attr("dh_state", "alua\n");
+        attr("access_state", "active/optimized\n");
+        std::fs::write(&node, [7u8; 4096]).unwrap();
+        assert_eq!(p.check(), (Ok(()), Some(AccessState::Optimized)));
+        assert!(!rescanned(), "a usable port whose device reads");
+        // The port came back while the capacity still reads 0: rescanned
+        // once, then judged (here the node stays empty).
+        std::fs::write(&node, []).unwrap();
+        let (r, st) = p.check();
+        assert!(r.unwrap_err().contains("read returned nothing"));
+        assert_eq!(st, Some(AccessState::Optimized));
+        assert!(rescanned(), "an empty device on a usable port");
+        assert!(p.rescanned_empty());
+        // A port that refuses I/O: asked before the read.
+        std::fs::write(&node, [7u8; 4096]).unwrap();
+        attr("access_state", "unavailable\n");
+        assert_eq!(p.check(), (Ok(()), Some(AccessState::Unavailable)));
+        assert!(rescanned(), "a port that refuses I/O");
+        assert!(!p.rescanned_empty());
+        // Not an ALUA path: never rescanned, however it reads.
+        attr("dh_state", "detached\n");
+        std::fs::write(&node, []).unwrap();
+        let (r, st) = p.check();
+        assert!(r.is_err());
+        assert_eq!(st, None);
+        assert!(!rescanned(), "not an ALUA path");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -697,6 +697,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         totals: totals(k),
         operator_failed: false,
         health: if k == 2 { "marginal" } else { "healthy" }.into(),
+        port_return_s: None,
     };
     let decision = |seq: u64, knob: Option<Knob>, old: &str, new: &str, outcome, reason: &str| {
         LoggedDecision {

@@ -86,6 +86,10 @@ pub struct PathState {
     /// group) or "probation" (serving again, watched).
     #[serde(default)]
     pub health: String,
+    /// Seconds from its ALUA port's last return (the check that read the
+    /// port take I/O again) to the path serving the map's I/O.
+    #[serde(default)]
+    pub port_return_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -88,8 +88,8 @@ impl Alua {
     }
 
     /// [`Alua::state`] with the device's attributes (`dh_state`,
-    /// `access_state`) read by `attr`.
-    fn state_from(attr: &mut dyn FnMut(&'static str) -> Option<String>) -> Option<AccessState> {
+    /// `access_state`) read by `attr` (a checker keeps them open).
+    pub fn state_from(attr: &mut dyn FnMut(&'static str) -> Option<String>) -> Option<AccessState> {
         if attr("dh_state")?.trim() != "alua" {
             return None;
         }
@@ -101,23 +101,12 @@ impl Alua {
         self.state.refuses_io()
     }
 
-    /// Makes scsi_dh_alua ask the array again (REPORT TARGET PORT GROUPS)
-    /// when the path's last known state refuses I/O. In those states the
-    /// handler fails every read before it reaches the array, so no unit
-    /// attention ever tells the host that the port came back: a path would
-    /// stay failed after its controller returned. A rescan re-reads the
-    /// state. Returns the state after asking (`None`: not an ALUA path).
-    /// The device's attributes (`dh_state`, `access_state`) are read by
-    /// `attr` (a checker keeps them open).
-    pub fn state_asking_if_refused(
-        sys: &Path,
-        attr: &mut dyn FnMut(&'static str) -> Option<String>,
-    ) -> Option<AccessState> {
-        let state = Alua::state_from(attr)?;
-        if state.refuses_io() && fs::write(sys.join("device/rescan"), "1").is_ok() {
-            return Alua::state_from(attr);
-        }
-        Some(state)
+    /// Rescans the SCSI device at `sys` (`/sys/class/block/<name>`):
+    /// scsi_dh_alua asks the array for the port states again (REPORT
+    /// TARGET PORT GROUPS) and sd reads the capacity again. Returns
+    /// whether the kernel took the request.
+    pub fn rescan(sys: &Path) -> bool {
+        fs::write(sys.join("device/rescan"), "1").is_ok()
     }
 
     /// The priority multipath-tools' `alua` prioritizer gives the path:
@@ -162,33 +151,5 @@ mod tests {
             Some(AccessState::NonOptimized)
         );
         assert_eq!(AccessState::parse("bogus"), None);
-    }
-
-    #[test]
-    fn only_a_path_the_kernel_refuses_is_asked_again() {
-        let root = std::env::temp_dir().join(format!("pp-alua-{}", std::process::id()));
-        let dev = root.join("device");
-        fs::create_dir_all(&dev).unwrap();
-        let ask =
-            || Alua::state_asking_if_refused(&root, &mut |f| fs::read_to_string(dev.join(f)).ok());
-        fs::write(dev.join("dh_state"), "alua\n").unwrap();
-        for (state, asks) in [
-            ("unavailable", true),
-            ("standby", true),
-            ("active/optimized", false),
-            ("active/non-optimized", false),
-        ] {
-            let _ = fs::remove_file(dev.join("rescan"));
-            fs::write(dev.join("access_state"), format!("{state}\n")).unwrap();
-            assert_eq!(ask(), AccessState::parse(state));
-            assert_eq!(dev.join("rescan").exists(), asks, "{state}");
-        }
-        // Not an ALUA path: nothing to ask.
-        fs::write(dev.join("dh_state"), "detached\n").unwrap();
-        fs::write(dev.join("access_state"), "unavailable\n").unwrap();
-        let _ = fs::remove_file(dev.join("rescan"));
-        assert_eq!(ask(), None);
-        assert!(!dev.join("rescan").exists());
-        fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     path::Path,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::Result;
@@ -447,11 +447,12 @@ impl Engine {
             let Some((event_nr, suspended)) = self.event_and_suspended(mi, &events) else {
                 continue;
             };
+            let returning = self.awaits_return(mi, now);
             let m = &mut self.maps[mi];
             m.suspended = suspended;
             let moved = event_nr != m.last_event;
             m.last_event = event_nr;
-            if !all && !moved && m.status_look.due(now, false).is_none() {
+            if !all && !moved && !returning && m.status_look.due(now, false).is_none() {
                 continue;
             }
             m.status_look.looked(now);
@@ -463,6 +464,52 @@ impl Engine {
             };
             note_status(&mut self.maps[mi], &st, now);
             self.fail_back(mi, &st);
+            self.note_returns(mi, &st, now);
+        }
+    }
+
+    /// Whether a path of map `mi` has a port that returned and does not
+    /// serve yet: its status is read at every pass until it does (the
+    /// kernel starts using a group without an event), for
+    /// [`Self::RETURN_WATCH`] at most.
+    fn awaits_return(&mut self, mi: usize, now: Instant) -> bool {
+        let mut waiting = false;
+        for p in &self.maps[mi].paths {
+            match self.checkers.returned(&p.name) {
+                Some(t) if now.duration_since(t) > Self::RETURN_WATCH => {
+                    self.checkers.forget_return(&p.name)
+                }
+                Some(_) => waiting = true,
+                None => {}
+            }
+        }
+        waiting
+    }
+
+    /// How long the daemon watches for a returned port's path to serve: a
+    /// port that returns non-optimized beside an optimized one may never.
+    const RETURN_WATCH: Duration = Duration::from_secs(60);
+
+    /// A path whose port returned that now serves the map's I/O: the time
+    /// from the return is logged and kept in the path's status.
+    fn note_returns(&mut self, mi: usize, st: &MultipathStatus, now: Instant) {
+        let m = &mut self.maps[mi];
+        for p in &mut m.paths {
+            let Some(since) = self.checkers.returned(&p.name) else {
+                continue;
+            };
+            if !failback::serving(st, p.dev) {
+                continue;
+            }
+            let secs = now.duration_since(since).as_secs_f64();
+            let state = self.checkers.alua(&p.name).map_or("usable", |s| s.name());
+            say!(
+                "{}: {} serves I/O again {secs:.1} s after its port returned ({state})",
+                m.name,
+                p.name
+            );
+            p.port_return_s = Some(secs);
+            self.checkers.forget_return(&p.name);
         }
     }
 

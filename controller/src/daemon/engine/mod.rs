@@ -99,6 +99,8 @@ struct PathEntry {
     /// The group it was in before it was set aside as marginal.
     home: usize,
     totals: Totals,
+    /// Seconds from its port's last return to its serving the map's I/O.
+    port_return_s: Option<f64>,
 }
 
 impl PathEntry {
@@ -114,6 +116,7 @@ impl PathEntry {
             group,
             home: group,
             totals: Totals::default(),
+            port_return_s: None,
         }
     }
 }
@@ -1309,6 +1312,7 @@ impl Engine {
                                 totals: p.totals.clone(),
                                 operator_failed: p.admin_failed,
                                 health: m.health.state(p.dev).word().into(),
+                                port_return_s: p.port_return_s,
                             }
                         })
                         .collect(),
