@@ -1,5 +1,5 @@
-//! The block-layer knobs a current kernel honours for multipath (DESIGN.md
-//! section 1): the dm device's `queue/nr_requests`, `queue/scheduler`,
+//! The block-layer knobs a current kernel honours for multipath (see
+//! docs/architecture.md): the dm device's `queue/nr_requests`, `queue/scheduler`,
 //! `queue/max_sectors_kb`, and each SCSI path's `device/queue_depth`.
 //! Every write is read back; what is reported is what the kernel kept.
 use std::{

@@ -10,7 +10,7 @@ use std::{
 
 use pathpilot_tests::host::pathpilot_bin;
 
-/// Exit statuses (README "Commands").
+/// Exit statuses (docs/commands.md).
 const USAGE: i32 = 2;
 const NOT_FOUND: i32 = 3;
 const NO_DAEMON: i32 = 6;

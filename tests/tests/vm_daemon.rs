@@ -156,8 +156,9 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
     // Frozen where it got to: observe mode changes nothing more.
     ctl(&tb, r#"{"cmd":"mode","mode":"observe","map":"mpatha"}"#)?;
     tb.wait_job(&load, Duration::from_secs(90))?;
-    // From round-robin to 90% of what the paths can carry within 40 s
-    // (issue 15): the best median of 5 of fio's seconds ending by then.
+    // From round-robin to 90% of what the paths can carry within 40 s (a
+    // tuner must find the setting while the workload lasts): the best
+    // median of 5 of fio's seconds ending by then.
     let per_sec = xtask::fio::bw_per_second(&tb.sh("cut -d, -f1,2 /tmp/tuning_bw.1.log")?)?;
     let reached = per_sec
         .windows(5)

@@ -1,4 +1,4 @@
-//! Maps through pathpilot in the VM testbed (issue 4): create, list,
+//! Maps through pathpilot in the VM testbed: create, list,
 //! reload, messages, knobs and remove against real dm-multipath, checked
 //! against `dmsetup` and multipath-tools' `multipath -ll` (no daemon).
 //! Each test boots its own VM; the testbed lock runs them one at a time.

@@ -1,4 +1,4 @@
-//! Tests of the VM testbed itself (issue 3): topology, both link models,
+//! Tests of the VM testbed itself: topology, both link models,
 //! cable pull, and what a boot costs. Each test boots its own VM; the
 //! testbed's machine-wide lock runs them one at a time.
 //!

@@ -24,9 +24,9 @@ enum Cmd {
     /// Install (idempotently) everything the build and the tests need:
     /// apt packages, rust-src for nightly, bpf-linker.
     Setup(setup::Args),
-    /// Benchmarks: figures and ratios measured side by side in one run.
-    #[command(subcommand)]
-    Bench(bench::Cmd),
+    /// Benchmarks: figures and ratios measured side by side in one run
+    /// (docs/benchmarks/README.md).
+    Bench(bench::Args),
     /// Set up, build, and show pathpilot at work on something real.
     Demo(demo::Args),
     /// A long run under changing workloads and path faults (a benchmark,
@@ -45,7 +45,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Bench(c) => bench::run(c),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::Demo(a) => demo::run_demo(a),
         Cmd::Setup(a) => setup::run(a),
         Cmd::Soak(a) => soak::run(a),

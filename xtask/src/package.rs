@@ -37,6 +37,8 @@ pub const FILES: &[&str] = &[
     "usr/share/fish/vendor_completions.d/pathpilot.fish",
     "usr/share/pathpilot/grafana/pathpilot.json",
     "usr/share/doc/pathpilot/README.md.gz",
+    "usr/share/doc/pathpilot/docs/configuration.md.gz",
+    "usr/share/doc/pathpilot/docs/operator-model.md.gz",
     "usr/share/doc/pathpilot/changelog.gz",
     "usr/share/doc/pathpilot/copyright",
 ];
@@ -77,6 +79,33 @@ fn gzip_into(src: &Path, dst: &Path) -> Result<()> {
         bail!("gzip {} failed", src.display());
     }
     write(dst, data.stdout, 0o644)
+}
+
+/// The documentation pages (every `docs/**/*.md`) and where the package
+/// installs each: under /usr/share/doc/pathpilot/docs/, compressed as
+/// Debian wants, so the README's relative links name their pages.
+pub fn doc_pages(root: &Path) -> Result<Vec<(PathBuf, String)>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        for e in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut pages = vec![];
+    walk(&root.join("docs"), &mut pages)?;
+    pages.sort();
+    pages
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root)?.display().to_string();
+            Ok((p, format!("usr/share/doc/pathpilot/{rel}.gz")))
+        })
+        .collect()
 }
 
 /// The Depends line: the packages of the shared libraries the binary
@@ -217,6 +246,9 @@ pub fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
         &root.join("README.md"),
         &s("usr/share/doc/pathpilot/README.md.gz"),
     )?;
+    for (page, to) in doc_pages(&root)? {
+        gzip_into(&page, &s(&to))?;
+    }
     gzip_into(
         &root.join("CHANGELOG.md"),
         &s("usr/share/doc/pathpilot/changelog.gz"),
@@ -277,4 +309,29 @@ fn dir_size(p: &Path) -> Result<u64> {
         };
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_docs_page_is_packaged_under_the_doc_directory() {
+        let root = workspace_root();
+        let pages = doc_pages(&root).unwrap();
+        let has =
+            |from: &str, to: &str| pages.iter().any(|(p, t)| p == &root.join(from) && t == to);
+        assert!(has(
+            "docs/configuration.md",
+            "usr/share/doc/pathpilot/docs/configuration.md.gz"
+        ));
+        assert!(has(
+            "docs/benchmarks/README.md",
+            "usr/share/doc/pathpilot/docs/benchmarks/README.md.gz"
+        ));
+        // What FILES lists under docs/ is among them.
+        for f in FILES.iter().filter(|f| f.contains("/docs/")) {
+            assert!(pages.iter().any(|(_, t)| t == f), "{f}");
+        }
+    }
 }

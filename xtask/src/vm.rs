@@ -1,4 +1,4 @@
-//! `cargo xtask vm ...` (see issue 3): the testbed for people; tests use
+//! `cargo xtask vm ...`: the testbed for people (docs/testing.md); tests use
 //! the same code through `xtask::testbed`.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

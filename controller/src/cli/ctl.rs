@@ -1,6 +1,6 @@
 //! `pathpilot ctl REQUEST`: one raw request to the daemon's control socket,
 //! its response printed as JSON. For scripts and for trying the protocol
-//! (README, "Control socket"): `pathpilot ctl '{"cmd":"status"}'`.
+//! (docs/control-socket.md): `pathpilot ctl '{"cmd":"status"}'`.
 use std::path::PathBuf;
 
 use anyhow::Result;

@@ -7,7 +7,8 @@ use crate::tuner::Mode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Configuration file (TOML; every key and its default is in the README).
+    /// Configuration file (TOML; every key and its default is in
+    /// pathpilot.conf(5) and docs/configuration.md).
     /// Without it, /etc/pathpilot/config.toml if it exists, else defaults.
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -28,7 +28,7 @@ pub struct Args {
     pub what: What,
     /// Where to write (created if missing).
     pub dir: PathBuf,
-    /// config: the keys at their defaults uncommented (the README's form).
+    /// config: the keys at their defaults uncommented (docs/configuration.md's form).
     #[arg(long)]
     pub uncommented: bool,
 }

@@ -63,7 +63,7 @@ pub enum Command {
     /// online, serves the control socket and the metrics.
     Daemon(daemon::Args),
     /// Send one raw request to the daemon's control socket and print the
-    /// JSON response (see the README's "Control socket").
+    /// JSON response (the protocol is in docs/control-socket.md).
     Ctl(ctl::Args),
     /// The tuner's decisions, from the daemon (`--follow` to keep watching).
     Log(log::Args),
@@ -88,7 +88,7 @@ pub fn long_version() -> &'static str {
     })
 }
 
-/// Exit statuses, documented in `--help` and the README.
+/// Exit statuses, documented in `--help` and docs/commands.md.
 pub mod exit {
     pub const FAILURE: u8 = 1;
     pub const USAGE: u8 = 2;

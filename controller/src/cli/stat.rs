@@ -24,7 +24,7 @@ pub struct Args {
     /// Stop after this many intervals (default: until Ctrl-C).
     #[arg(short, long)]
     pub count: Option<u64>,
-    /// One JSON object per device per interval (schema in the README).
+    /// One JSON object per device per interval (fields in docs/commands.md).
     #[arg(long)]
     pub json: bool,
     /// Also a probe on every bio (block_bio_queue): each cgroup's bytes,

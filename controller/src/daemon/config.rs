@@ -1,6 +1,6 @@
 //! The daemon's configuration file (TOML). Every key is optional and has
-//! the default documented in the README; an unknown key or a bad value is an
-//! error that names the key and its line.
+//! the default documented in docs/configuration.md; an unknown key or a bad
+//! value is an error that names the key and its line.
 use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
@@ -37,7 +37,8 @@ pub struct Config {
     /// measures and no path is suspect (time-sampled observation, see
     /// `Observer::sample`): 1 keeps them attached. Below 1 (the default,
     /// a quarter: in the testbed guest, the always-attached probes cost
-    /// more than the 5% issue 14 allows), I/Os, bytes, in-flight and busy
+    /// more than the 5% of throughput an observer may take), I/Os, bytes,
+    /// in-flight and busy
     /// time stay exact (the kernel's counts), as do merges and splits
     /// (their programs stay attached), while latency, sizes, order and
     /// errors come from the attached part: the end of one window and the
@@ -430,7 +431,7 @@ impl Config {
 
 /// One documented key of the config file: where it is, its default (read
 /// off [`Config::default`], so the documentation cannot drift from the
-/// code) and one line on it. The README's config block, the packaged
+/// code) and one line on it. docs/configuration.md's config block, the packaged
 /// `/etc/pathpilot/config.toml` and pathpilot.conf(5) are made from this.
 pub struct KeyDoc {
     /// `""` for the top level, else the table (`maps`, `checker`, ...).
@@ -511,7 +512,7 @@ pub const KEYS: &[KeyDoc] = &[
         key: "observe_duty",
         default: |c| Some(toml_num(c.observe_duty)),
         example: None,
-        doc: "share of each window the probes run, unless tuning or a path is suspect (0.05..1; README: Sampled observation)",
+        doc: "share of each window the probes run, unless tuning or a path is suspect (0.05..1; docs/sampled-observation.md)",
     },
     KeyDoc {
         section: "maps",
@@ -718,7 +719,7 @@ pub const KEYS: &[KeyDoc] = &[
 fn section_doc(section: &str) -> &'static str {
     match section {
         "filter" => "multipath.conf blacklist semantics",
-        "marginal" => "sick paths (README: Marginal paths)",
+        "marginal" => "sick paths (docs/marginal-paths.md)",
         _ => "",
     }
 }
@@ -733,7 +734,7 @@ fn mode_name(m: Mode) -> &'static str {
 
 /// The config file with every key at its default and a line on each:
 /// `commented` comments the keys out (the packaged file: an untouched file
-/// is all defaults); otherwise the README's form. Keys unset by default
+/// is all defaults); otherwise docs/configuration.md's form. Keys unset by default
 /// are always commented, with an example value.
 pub fn default_file(commented: bool) -> String {
     let d = Config::default();
@@ -914,18 +915,29 @@ allow = ["wwid=^3500"]
     }
 
     #[test]
-    fn the_readme_shows_the_documented_defaults() {
-        let readme = include_str!("../../../README.md");
-        let block = readme
+    fn the_configuration_page_shows_the_documented_defaults() {
+        let page = include_str!("../../../docs/configuration.md");
+        let block = page
             .split("```toml\n")
             .nth(1)
             .and_then(|b| b.split("```").next())
-            .expect("a toml block in the README");
+            .expect("a toml block in docs/configuration.md");
         assert_eq!(
             block.trim(),
             default_file(false).trim(),
-            "README's config block differs from the defaults in the code: \
+            "docs/configuration.md's config block differs from the defaults in the code: \
              paste the config.toml of `pathpilot generate config --uncommented DIR`"
         );
+        // Every key has its own entry below the block.
+        for k in KEYS {
+            let entry = match k.section {
+                "" => format!("### `{}`", k.key),
+                s => format!("### `{s}.{}`", k.key),
+            };
+            assert!(
+                page.contains(&entry),
+                "docs/configuration.md has no {entry:?}"
+            );
+        }
     }
 }

@@ -6,6 +6,8 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod metrics;
+#[cfg(test)]
+mod metrics_docs;
 pub mod ops;
 pub mod policy;
 pub mod protocol;

@@ -201,6 +201,111 @@ mod tests {
         assert!(e.error.unwrap().contains("extra"));
     }
 
+    /// One request of every kind. The match fails to compile when a kind
+    /// is added, so that it is added here, and to the page, too.
+    fn every_kind() -> Vec<Request> {
+        let all = vec![
+            Request::Status,
+            Request::Log { since: None },
+            Request::Pause { map: "m".into() },
+            Request::Resume { map: "m".into() },
+            Request::Fail { path: "p".into() },
+            Request::Reinstate { path: "p".into() },
+            Request::Unmark { path: "p".into() },
+            Request::Mode {
+                mode: Mode::Tune,
+                map: None,
+            },
+            Request::Reload {
+                map: "m".into(),
+                expect: "a".into(),
+                table: "b".into(),
+            },
+            Request::Set {
+                target: "m".into(),
+                settings: vec![],
+            },
+            Request::Release {
+                map: "m".into(),
+                knobs: vec![],
+            },
+        ];
+        for r in &all {
+            match r {
+                Request::Status
+                | Request::Log { .. }
+                | Request::Pause { .. }
+                | Request::Resume { .. }
+                | Request::Fail { .. }
+                | Request::Reinstate { .. }
+                | Request::Unmark { .. }
+                | Request::Mode { .. }
+                | Request::Reload { .. }
+                | Request::Set { .. }
+                | Request::Release { .. } => {}
+            }
+        }
+        all
+    }
+
+    /// The name a request or an error code has on the wire.
+    fn wire_name<T: Serialize>(x: &T) -> String {
+        match serde_json::to_value(x).unwrap() {
+            serde_json::Value::String(s) => s,
+            v => v["cmd"].as_str().unwrap().to_string(),
+        }
+    }
+
+    /// docs/control-socket.md shows every request, each as a line that
+    /// parses, and every error code; and nothing the protocol lacks.
+    #[test]
+    fn the_control_socket_page_shows_every_request_and_error() {
+        let page = include_str!("../../../docs/control-socket.md");
+        // The requests' table: rows whose first cell is a request line.
+        let documented: std::collections::BTreeSet<String> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `{"))
+            .map(|l| {
+                let line = format!("{{{}", l.split("` |").next().unwrap());
+                let r = parse(&line).unwrap_or_else(|e| panic!("{line}: {e:?}"));
+                assert!(
+                    serde_json::to_string(&r).is_ok(),
+                    "{line} does not round-trip"
+                );
+                wire_name(&r)
+            })
+            .collect();
+        let all: std::collections::BTreeSet<String> = every_kind().iter().map(wire_name).collect();
+        assert_eq!(
+            documented, all,
+            "the page's requests against the protocol's"
+        );
+        for code in [
+            ErrorCode::BadRequest,
+            ErrorCode::Forbidden,
+            ErrorCode::NotFound,
+            ErrorCode::Kernel,
+            ErrorCode::Unavailable,
+            ErrorCode::NotManaged,
+            ErrorCode::Conflict,
+            ErrorCode::Busy,
+        ] {
+            // The match fails to compile when a code is added.
+            match code {
+                ErrorCode::BadRequest
+                | ErrorCode::Forbidden
+                | ErrorCode::NotFound
+                | ErrorCode::Kernel
+                | ErrorCode::Unavailable
+                | ErrorCode::NotManaged
+                | ErrorCode::Conflict
+                | ErrorCode::Busy => {}
+            }
+            let row = format!("| `{}` |", wire_name(&code));
+            assert!(page.contains(&row), "docs/control-socket.md has no {row:?}");
+        }
+    }
+
     #[test]
     fn changes_are_marked() {
         assert!(!Request::Status.is_change());

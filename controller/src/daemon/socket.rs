@@ -1,5 +1,5 @@
 //! The control socket server: JSON lines over a Unix socket (the protocol is
-//! in [`super::protocol`] and the README). Reads are answered from the
+//! in [`super::protocol`] and docs/control-socket.md). Reads are answered from the
 //! published status without waiting on the engine; changes go to the engine
 //! thread and its reply comes back.
 //!

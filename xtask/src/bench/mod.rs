@@ -1,7 +1,12 @@
 //! `cargo xtask bench ...`: figures measured side by side in one run,
-//! printed as a table and written to `target/bench/NAME.json`.
-use anyhow::Result;
+//! printed as a table and written to `target/bench/NAME.json`; with
+//! `--write-docs` (or `cargo xtask bench docs` later) also rendered into
+//! `docs/benchmarks/NAME.md` (see [`xtask::benchdoc`]).
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
 use clap::Subcommand;
+use xtask::benchdoc;
 use xtask::util::workspace_root;
 
 mod floor;
@@ -9,6 +14,16 @@ mod mpath;
 mod observer;
 mod reload;
 mod scale;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Also render the run's latest table into its page,
+    /// docs/benchmarks/NAME.md (between the page's bench:latest markers).
+    #[arg(long, global = true)]
+    write_docs: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
 
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -18,28 +33,86 @@ pub enum Cmd {
     /// The stall of a table reload (reader's worst latency across it):
     /// pathpilot's ioctls vs dmsetup, idle / QD4 / QD16, in the VM.
     Reload(reload::Args),
-    /// The seeds' experiments and the tuner against every static
-    /// configuration, in the VM testbed (stream, merge, asym, switch,
-    /// overhead, repeat, marginal): tables, target/bench/NAME.json and
-    /// .png.
+    /// The tuner against every static configuration, in the VM testbed,
+    /// scenario by scenario (asym, stream, merge, switch, overhead,
+    /// repeat, marginal): tables, target/bench/NAME.json and .png.
     Mpath(mpath::Args),
     /// The daemon's own cost at a SAN host's scale (16 LUNs x 4 paths in
     /// the VM), idle and under load, against multipathd on the same LUNs.
     Scale(scale::Args),
+    /// Render the latest run of each bench named (default: every one with
+    /// a target/bench/NAME.json) into docs/benchmarks/NAME.md.
+    Docs(DocsArgs),
     /// Empty programs on the observer's tracepoints, held until
     /// interrupted: the floor the benches measure pathpilot against.
     #[command(hide = true)]
     FloorProbes(floor::Args),
 }
 
-pub fn run(cmd: Cmd) -> Result<()> {
-    match cmd {
+#[derive(clap::Args)]
+pub struct DocsArgs {
+    /// Benches or scenarios (asym, stream, merge, switch, overhead, repeat,
+    /// marginal, observer, reload, scale).
+    names: Vec<String>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    match a.cmd {
         Cmd::Observer(a) => observer::run(a),
         Cmd::Reload(a) => reload::run(a),
         Cmd::Mpath(a) => mpath::run(a),
         Cmd::Scale(a) => scale::run(a),
+        Cmd::Docs(d) => {
+            let names = if d.names.is_empty() {
+                benchdoc::PAGES
+                    .iter()
+                    .filter(|n| benchdoc::json_path(n).is_file())
+                    .map(|n| n.to_string())
+                    .collect()
+            } else {
+                d.names
+            };
+            return write_docs(&names);
+        }
         Cmd::FloorProbes(a) => floor::run(a),
+    }?;
+    if a.write_docs {
+        let names = SAVED.lock().map(|v| v.clone()).unwrap_or_default();
+        write_docs(&names)?;
     }
+    Ok(())
+}
+
+/// The benches saved in this run, for `--write-docs`.
+static SAVED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Renders each bench's latest JSON into its page.
+fn write_docs(names: &[String]) -> Result<()> {
+    for name in names {
+        if !benchdoc::PAGES.contains(&name.as_str()) {
+            anyhow::bail!(
+                "no page for {name:?} (one of {})",
+                benchdoc::PAGES.join(", ")
+            );
+        }
+        let json = benchdoc::json_path(name);
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&json).with_context(|| format!("{}", json.display()))?,
+        )
+        .with_context(|| format!("{}", json.display()))?;
+        let page = benchdoc::page_path(name);
+        let text = std::fs::read_to_string(&page).with_context(|| format!("{}", page.display()))?;
+        let new = benchdoc::splice(&text, &benchdoc::render(name, &v)?)
+            .with_context(|| format!("{}", page.display()))?;
+        std::fs::write(&page, new)?;
+        println!(
+            "wrote {}",
+            page.strip_prefix(workspace_root())
+                .unwrap_or(&page)
+                .display()
+        );
+    }
+    Ok(())
 }
 
 /// A host directory shared with the guest (a binary to run there),
@@ -61,12 +134,20 @@ impl Drop for Share {
     }
 }
 
-/// Writes a benchmark's JSON next to the others.
+/// Writes a benchmark's JSON next to the others, with the date, the
+/// machine and the command line under `"run"`.
 pub fn save(name: &str, value: &serde_json::Value) -> Result<std::path::PathBuf> {
     let dir = workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(value)? + "\n")?;
+    let mut value = value.clone();
+    if let Some(m) = value.as_object_mut() {
+        m.insert("run".into(), benchdoc::run_info());
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&value)? + "\n")?;
+    if let Ok(mut v) = SAVED.lock() {
+        v.push(name.to_string());
+    }
     Ok(path)
 }
 

@@ -1,4 +1,4 @@
-//! The stall of a table reload (DESIGN.md section 1): how long a reader's
+//! The stall of a table reload (docs/architecture.md): how long a reader's
 //! I/O is held while a map is suspended and resumed, for pathpilot's ioctl
 //! path and for `dmsetup` doing what multipathd does with the same table
 //! (a load, then one resume with noflush: the kernel suspends inside the

@@ -1,4 +1,4 @@
-//! The VM testbed (issue 3): real dm-multipath over N emulated paths to one
+//! The VM testbed (docs/testing.md): real dm-multipath over N emulated paths to one
 //! LUN, in a QEMU VM running a stock Debian kernel, because the development
 //! host has no device-mapper.
 //!

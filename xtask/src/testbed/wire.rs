@@ -187,7 +187,9 @@ impl Wire {
     }
 
     /// Takes path `i`'s link down or up (server side): a silent cable cut
-    /// that QEMU does not notice (the map stalls; see DESIGN.md 4).
+    /// that QEMU does not notice: virtio-scsi never times the command
+    /// out, so the whole map stalls until a checker with its own timeout
+    /// fails the path.
     pub fn set_link(&self, i: usize, up: bool) -> Result<()> {
         let (_, s) = Self::veth(i);
         ip(&[

@@ -1,4 +1,4 @@
-//! Scenario `marginal` (issue 16): one path of four turns sick mid-run,
+//! Scenario `marginal`: one path of four turns sick mid-run,
 //! slow (a twentieth of its rate) or failing 1% of its writes, and each
 //! way of meeting it is measured alike: its p99 and throughput before and
 //! while the path is sick, and the time it took to react.
@@ -7,7 +7,7 @@
 //! reinstating paths as any path checker would (the daemon in advise
 //! mode: it changes nothing else); the two actions open to a controller,
 //! applied by hand at the onset (set aside in a last group, or weight 0
-//! under service-time: the issue asks which recovers the map better);
+//! under service-time: which of the two recovers the map better is measured);
 //! pathpilot tuning the map; and multipathd itself with
 //! `marginal_pathgroups on` and the `marginal_path_*` method (the
 //! pathpilot daemon then only observes, so every row pays the observer).

@@ -1,5 +1,6 @@
-//! `cargo xtask bench mpath`: the seeds' experiments in the VM testbed, and
-//! the tuner against every static configuration (issue 7).
+//! `cargo xtask bench mpath`: the tuner against every static configuration
+//! of the knobs the kernel honours, scenario by scenario, in the VM
+//! testbed (docs/benchmarks/README.md).
 //!
 //! Each scenario boots its testbed once (per path count or cap model) and
 //! measures every configuration in that boot: the static ones in rounds
@@ -317,7 +318,7 @@ impl Report {
             v[k] = x.clone();
         }
         let path = save(self.name, &v)?;
-        // The table as printed, for the README.
+        // The table as printed.
         let mut txt = self.table();
         for (what, v) in &self.verdicts {
             txt.push_str(&format!("target {}: {what}\n", v.label()));
@@ -431,7 +432,8 @@ pub fn wwid() -> String {
 /// The row of the map multipath-tools itself builds, unconfigured.
 pub const MULTIPATH_TOOLS: &str = "multipath-tools default";
 
-/// A static configuration of the honoured knobs (DESIGN.md section 1).
+/// A static configuration of the knobs the kernel honours
+/// (docs/architecture.md).
 #[derive(Clone, Debug)]
 pub struct Static {
     pub name: String,
@@ -1241,8 +1243,9 @@ fn ours_row(case: &str, config: &str, o: &Ours) -> Row {
         .with("decisions", json!(o.log))
 }
 
-/// The target of issue 15 for every daemon row of a scenario: its last
-/// kept change within 15 s of the workload's start.
+/// The settle target for every daemon row of a scenario: its last kept
+/// change within 15 s of the workload's start, so a tuner that finds the
+/// right setting late does not pass for one that finds it at all.
 pub fn settle_verdicts(r: &mut Report) {
     let lines: Vec<(String, bool)> = r
         .rows

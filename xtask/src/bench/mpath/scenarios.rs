@@ -1,4 +1,4 @@
-//! The scenarios of issue 7, each in its own testbed boot(s).
+//! The scenarios of `bench mpath`, each in its own testbed boot(s).
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, Result};
@@ -149,14 +149,15 @@ pub fn stream(o: &Opts) -> Result<Report> {
     Ok(r)
 }
 
-/// Seed 001: 4 KiB sequential writes against IOPS caps, per path and shared.
+/// 4 KiB sequential writes against IOPS caps, per path and shared: where
+/// merging at the map's queue is worth more than spreading.
 pub fn merge(o: &Opts) -> Result<Report> {
     let mut r = Report::new("merge", Link::Throttle, 0.0);
     r.unit = "MIB/S";
     r.notes.push(
-        "workload: one fio job, 4 KiB sequential O_DIRECT writes, 32 in flight (DESIGN.md's workload S: \
-         32 writers at QD1 in one interleaved stream (I) repeat within a factor 2 only, 32 writers on \
-         their own ranges (R) never merge); sum_of_caps is in IOPS x 4 KiB"
+        "workload: one fio job, 4 KiB sequential O_DIRECT writes, 32 in flight (32 writers at \
+         QD1 in one interleaved stream repeat it within a factor 2 only, and 32 writers on their \
+         own ranges never merge); sum_of_caps is in IOPS x 4 KiB"
             .into(),
     );
     for shared in [false, true] {
@@ -433,10 +434,10 @@ pub fn switch(o: &Opts) -> Result<Report> {
     Ok(r)
 }
 
-/// Seed 002: the observer's cost: the daemon in observe mode vs none, on
-/// uncapped paths (the guest CPU is the limit: the per-I/O cost shows in
-/// full) and on paths capped below that (the storage is the limit, as on
-/// seed 002's SATA disk: what a user loses). Measured inside one fio run
+/// The observer's cost: the daemon in observe mode vs none, on uncapped
+/// paths (the guest CPU is the limit: the per-I/O cost shows in full) and
+/// on paths capped below that (the storage is the limit, as on a real
+/// disk: what a user loses). Measured inside one fio run
 /// per case, the daemon started and stopped in turn (see `toggled`).
 /// Only the daemon as it comes is judged; windows of it alone are added
 /// while its loss's confidence interval straddles the target, up to a
@@ -499,8 +500,8 @@ pub fn overhead(o: &Opts) -> Result<Report> {
     let mut cpu_bound_iops = 0.0f64;
     for capped in [false, true] {
         // The loss allowed, in percent: with the storage the limit, what a
-        // user loses (seed 002, 2%); with the guest's CPU the limit, every
-        // emulated instruction shows in full (issue 14's 5%).
+        // user loses (2%); with the guest's CPU the limit, where every
+        // emulated instruction shows in full, 5%.
         let target = if capped { 2.0 } else { 5.0 };
         let case = if capped {
             // Half of what the CPU can do, spread over the paths.
@@ -569,7 +570,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
                 .with("runs", runs(&bare)),
         );
         let what = if capped {
-            "storage the limit (seed 002's case)"
+            "storage the limit (a user's case)"
         } else {
             "guest CPU the limit (the per-I/O cost in full)"
         };
@@ -700,7 +701,7 @@ fn guest_program_costs(rig: &Rig, fio: &str, observer: Observer) -> Result<Strin
     ))
 }
 
-/// Seed 000's table: request size x repeat count, written and read back,
+/// Request size x repeat count, written and read back,
 /// next to the same sizes over the honoured knob (max_sectors_kb).
 pub fn repeat(o: &Opts) -> Result<Report> {
     let cap = 20.0;
@@ -718,7 +719,7 @@ pub fn repeat(o: &Opts) -> Result<Report> {
     let secs = if o.quick { 3 } else { o.secs };
     let mut r = Report::new("repeat", Link::Wire, 2.0 * cap);
     r.notes.push(
-        "one sequential O_DIRECT reader at QD1 (seed 000's sg_dd), round-robin, 2 paths on the wire link"
+        "one sequential O_DIRECT reader at QD1 (as sg_dd reads), round-robin, 2 paths on the wire link"
             .into(),
     );
     rig.reset()?;
