@@ -1172,13 +1172,11 @@ impl Tuner {
                 );
             }
             // Fewer slots on the paths keep requests waiting at the dm
-            // queue, where they merge (DESIGN.md section 4). Merging starts
-            // only once paths x queue_depth < I/Os in flight, so shallow
-            // cuts rarely change anything: the deepest cut first (merge's
-            // oracle in both its cases; from 2, then 1, the last kept
-            // change came a trial later: 16 s shared at 1 s windows),
-            // then 2; 8 and 32 remain for an array that loses at low
-            // depth.
+            // queue, where they merge (a request-based dm device merges
+            // only what waits in its own queue). Merging starts only once
+            // paths x queue_depth < I/Os in flight, so shallow cuts rarely
+            // change anything: the deepest cut first, then 2; 8 and 32
+            // remain for an array that loses at low depth.
             let merging = format!(
                 "{:.1} KiB sequential requests, {:.0}% merged",
                 w.avg_request_kib, w.merge_pct

@@ -1,4 +1,4 @@
-//! The knobs a current kernel honours (DESIGN.md section 1), as one value
+//! The knobs a current kernel honours (see docs/architecture.md), as one value
 //! per map, so a trial is "this setting instead of that one" and a revert is
 //! applying the old value.
 use serde::{Deserialize, Serialize};

@@ -107,7 +107,7 @@ impl Run {
     }
 }
 
-/// DESIGN.md's asym figures: 4 paths capped 10/20/40/80 MiB/s.
+/// The asym testbed's figures: 4 paths capped 10/20/40/80 MiB/s.
 fn asym(s: &Settings) -> f64 {
     match (&s.selector, s.weights.as_slice()) {
         (Selector::RoundRobin, _) => 41.8,
