@@ -40,6 +40,9 @@ pub const APT_PACKAGES: &[&str] = &[
     // flock(1), copied into the guest: tests hold a map's lock file
     "util-linux",
     "iproute2",
+    // promtool: the alerting and recording rules, their unit tests, the
+    // dashboard's queries and the daemon's scrape checked
+    "prometheus",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
