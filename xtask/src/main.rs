@@ -40,7 +40,7 @@ enum Cmd {
     #[command(subcommand)]
     Vm(Box<vm::Cmd>),
     /// Build the Debian package: target/debian/pathpilot_<version>_amd64.deb.
-    Package,
+    Package(xtask::package::Args),
 }
 
 fn main() -> Result<()> {
@@ -51,27 +51,6 @@ fn main() -> Result<()> {
         Cmd::Soak(a) => soak::run(a),
         Cmd::Test(a) => test::run_tests(a),
         Cmd::Vm(c) => vm::run(*c),
-        Cmd::Package => package(),
+        Cmd::Package(a) => xtask::package::run(a),
     }
-}
-
-fn package() -> Result<()> {
-    let root = xtask::util::workspace_root();
-    xtask::util::run(
-        std::process::Command::new(env!("CARGO"))
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "pathpilot"]),
-    )?;
-    let deb = xtask::package::build(
-        &root.join("target/release/pathpilot"),
-        &root.join("target/debian"),
-    )?;
-    let size = std::fs::metadata(&deb)?.len();
-    println!(
-        "package: {} ({:.1} MiB); install with: dpkg -i {}",
-        deb.display(),
-        size as f64 / 1048576.0,
-        deb.display()
-    );
-    Ok(())
 }
