@@ -11,7 +11,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{self, workspace_root};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::process;
 
 /// Every file the package installs (its control files aside), one a
 /// line: the build checks its staging tree against
@@ -95,7 +96,7 @@ pub fn doc_pages(root: &Path) -> Result<Vec<(PathBuf, String)>> {
 /// links (nothing else is needed at run time: device-mapper is ioctls,
 /// eBPF is embedded).
 fn depends(bin: &Path) -> Result<String> {
-    let ldd = util::output(Command::new("ldd").arg(bin))?;
+    let ldd = process::output(Command::new("ldd").arg(bin))?;
     let mut pkgs = std::collections::BTreeSet::new();
     for l in ldd.lines() {
         let Some(lib) = l
@@ -184,7 +185,7 @@ pub fn run(args: Args) -> Result<()> {
     let bin = match args.binary {
         Some(b) => b,
         None => {
-            util::run(Command::new(env!("CARGO")).current_dir(&root).args([
+            process::run(Command::new(env!("CARGO")).current_dir(&root).args([
                 "build",
                 "--release",
                 "-p",
@@ -216,7 +217,7 @@ fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     let gen_dir = out_dir.join("generated");
     let _ = fs::remove_dir_all(&gen_dir);
     for what in ["man", "completions", "config"] {
-        util::run(
+        process::run(
             Command::new(bin)
                 .args(["generate", what])
                 .arg(&gen_dir)
@@ -225,7 +226,7 @@ fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     }
     let s = |p: &str| stage.join(p);
     write(&s("usr/sbin/pathpilot"), fs::read(bin)?, 0o755)?;
-    util::run(
+    process::run(
         Command::new("strip")
             .arg("--strip-unneeded")
             .arg(s("usr/sbin/pathpilot")),
@@ -316,7 +317,7 @@ fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     write(&s("DEBIAN/prerm"), PRERM, 0o755)?;
     write(&s("DEBIAN/postrm"), POSTRM, 0o755)?;
     let deb = out_dir.join(format!("pathpilot_{version}_amd64.deb"));
-    util::run(
+    process::run(
         Command::new("dpkg-deb")
             .args(["--root-owner-group", "-Zxz", "--build"])
             .arg(&stage)

@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::figures::median;
+use pathpilot_testbed::{Job, Link, Testbed, WWN};
 use serde_json::{Value, json};
-use xtask::testbed::{Link, Testbed};
-use xtask::util::workspace_root;
 
-use super::{median, save};
+use super::save;
 
 mod chart;
 mod marginal;
@@ -426,7 +427,7 @@ impl Report {
 
 /// The WWID multipath-tools gives the testbed's LUN.
 pub fn wwid() -> String {
-    format!("3{:x}", xtask::testbed::WWN)
+    format!("3{:x}", WWN)
 }
 
 /// The row of the map multipath-tools itself builds, unconfigured.
@@ -938,7 +939,7 @@ flap_hold_secs = 6
     }
 
     /// Starts `fio_args` on the map in the background until [`Self::stop_load`].
-    pub fn start_load(&self, fio_args: &str) -> Result<xtask::testbed::Job> {
+    pub fn start_load(&self, fio_args: &str) -> Result<Job> {
         self.tb.spawn(&format!(
             "fio --name=l --filename=/dev/{} --direct=1 --ioengine=libaio --time_based --runtime=3600 \
              --randrepeat=0 {fio_args} --output=/dev/null & echo $! > /tmp/load.pid; wait",
@@ -946,7 +947,7 @@ flap_hold_secs = 6
         ))
     }
 
-    pub fn stop_load(&self, job: &xtask::testbed::Job) -> Result<()> {
+    pub fn stop_load(&self, job: &Job) -> Result<()> {
         self.tb.sh("kill $(cat /tmp/load.pid) 2>/dev/null; true")?;
         self.tb.wait_job(job, Duration::from_secs(60))?;
         Ok(())

@@ -1,7 +1,9 @@
-//! The VM testbed for integration tests.
+//! Helpers over the VM testbed for the integration tests: booting or
+//! skipping, the guest's disks and maps, the daemon, fio.
 //!
 //! ```no_run
-//! use pathpilot_tests::vm::{Testbed, TestbedExt, boot_or_skip};
+//! use pathpilot_testbed::Testbed;
+//! use pathpilot_tests::guest::{TestbedExt, boot_or_skip};
 //! fn t() -> anyhow::Result<()> {
 //!     let Some(tb) = boot_or_skip(Testbed::builder().paths(4).caps_mib(&[10.0, 20.0, 40.0, 80.0]))? else {
 //!         return Ok(()); // PATHPILOT_SKIP_VM=1 and no QEMU: already reported as SKIPPED
@@ -18,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-pub use xtask::testbed::{Builder, Config, Job, Link, Output, SERIAL, Testbed, WWN, check_host};
+use pathpilot_testbed::{Builder, Job, Testbed, check_host, image};
 
 /// Set to `1` to let VM tests skip (loudly) where the testbed cannot run.
 pub const SKIP_ENV: &str = "PATHPILOT_SKIP_VM";
@@ -32,8 +34,8 @@ fn skip_allowed() -> bool {
 /// line and returns `None`. Without that variable a missing prerequisite is
 /// an error: a VM test never passes without running.
 pub fn boot_or_skip(b: Builder) -> Result<Option<Testbed>> {
-    let pre = check_host(b.config().link)
-        .and_then(|_| xtask::testbed::image::prepare(b.config().lun_mib).map(drop));
+    let pre =
+        check_host(b.config().link).and_then(|_| image::prepare(b.config().lun_mib).map(drop));
     if let Err(e) = pre {
         if skip_allowed() {
             eprintln!(
@@ -53,7 +55,7 @@ pub fn boot_or_skip(b: Builder) -> Result<Option<Testbed>> {
 #[macro_export]
 macro_rules! boot_or_skip {
     ($b:expr) => {
-        match $crate::vm::boot_or_skip($b)? {
+        match $crate::guest::boot_or_skip($b)? {
             Some(tb) => tb,
             None => return Ok(()),
         }
