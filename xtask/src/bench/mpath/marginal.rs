@@ -19,7 +19,10 @@ use pathpilot_testbed::figures::median;
 use pathpilot_testbed::{Link, Testbed};
 use serde_json::{Value, json};
 
-use super::{Opts, Point, Report, Rig, Row, Static, wwid};
+use super::opts::Opts;
+use super::report::{Point, Report, Row};
+use super::rig::{Rig, wwid};
+use super::statics::Static;
 
 /// Every path's cap (MiB/s); path `SICK` turns sick.
 const CAPS: [f64; 4] = [20.0; 4];

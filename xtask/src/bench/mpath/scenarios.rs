@@ -9,10 +9,11 @@ use serde_json::{Value, json};
 use super::super::{Loss, ProgramReading, Share, floor, program_costs};
 use super::toggled::{self, Observer};
 
-use super::{
-    MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Tuned, Workload, compare,
-    settle_verdicts, show_settings,
-};
+use super::compare::{Tuned, Workload, compare};
+use super::opts::Opts;
+use super::report::{Point, Report, Row, settle_verdicts};
+use super::rig::{Rig, show_settings};
+use super::statics::{MULTIPATH_TOOLS, Static};
 
 /// The row of the daemon started from round-robin.
 const FROM_RR: &str = "pathpilot from rr";
