@@ -107,6 +107,13 @@ pub fn multipath_table(sectors: u64, selector: &str, devs: &[&str]) -> String {
     t
 }
 
+/// [`multipath_table`] for `devs`, sized as the first path is.
+fn sized_table(tb: &Testbed, selector: &str, devs: &[&str]) -> Result<String> {
+    let first = devs.first().context("no paths")?;
+    let sz = tb.sh(&format!("cat /sys/dev/block/{first}/size"))?;
+    Ok(multipath_table(sz.trim().parse()?, selector, devs))
+}
+
 impl TestbedExt for Testbed {
     fn disks(&self) -> Result<Vec<Disk>> {
         let out = self.sh("for d in /sys/block/sd*; do [ -e \"$d\" ] || continue; \
@@ -146,17 +153,13 @@ impl TestbedExt for Testbed {
     }
 
     fn create_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
-        let first = devs.first().context("no paths")?;
-        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
-        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        let t = sized_table(self, selector, devs)?;
         self.sh(&format!("dmsetup create {name} --table '{t}'"))?;
         Ok(())
     }
 
     fn reload_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
-        let first = devs.first().context("no paths")?;
-        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
-        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        let t = sized_table(self, selector, devs)?;
         self.sh(&format!(
             "dmsetup load {name} --table '{t}' && dmsetup suspend {name} && dmsetup resume {name}"
         ))?;
@@ -184,12 +187,7 @@ impl TestbedExt for Testbed {
              --offset={offset_mib}M --size=256M --runtime={secs} --time_based --output-format=terse \
              --terse-version=3 2>&1"
         ))?;
-        let line = out
-            .lines()
-            .find(|l| l.starts_with("3;"))
-            .with_context(|| format!("no fio terse line: {out}"))?;
-        let kib: f64 = line.split(';').nth(6).context("short fio line")?.parse()?;
-        Ok(kib / 1024.0)
+        Ok(parse_fio_terse(&out)?.read_kib_s / 1024.0)
     }
 }
 
@@ -319,25 +317,30 @@ pub struct Fio {
     /// fio's first error (errno), 0 when none.
     pub error: u64,
     pub read_kib: u64,
+    /// Read bandwidth, KiB/s.
+    pub read_kib_s: f64,
     pub write_kib: u64,
     pub verify_failures: usize,
 }
 
-pub fn parse_fio(out: &str) -> Result<Fio> {
+pub fn parse_fio_terse(out: &str) -> Result<Fio> {
     let line = out
         .lines()
         .find(|l| l.starts_with("3;"))
         .with_context(|| format!("no fio terse line in:\n{out}"))?;
     let f: Vec<&str> = line.split(';').collect();
+    let field = |i: usize| f.get(i).with_context(|| format!("short fio line: {line}"));
     let num = |i: usize| -> Result<u64> {
-        f.get(i)
-            .with_context(|| format!("short fio line: {line}"))?
+        field(i)?
             .parse()
             .with_context(|| format!("fio field {i}: {line}"))
     };
     Ok(Fio {
         error: num(4)?,
         read_kib: num(5)?,
+        read_kib_s: field(6)?
+            .parse()
+            .with_context(|| format!("fio field 6: {line}"))?,
         write_kib: num(46)?,
         verify_failures: out
             .lines()
@@ -351,7 +354,7 @@ pub fn parse_fio(out: &str) -> Result<Fio> {
 pub fn expect_clean(tb: &Testbed, job: &Job, what: &str) -> Result<Fio> {
     let out = tb.wait_job(job, Duration::from_secs(150))?;
     let text = out.stdout_str();
-    let f = parse_fio(&text)?;
+    let f = parse_fio_terse(&text)?;
     eprintln!(
         "{what}: fio wrote {} MiB, read back {} MiB, error {}, verify failures {}",
         f.write_kib / 1024,
