@@ -1,4 +1,5 @@
-//! Host-side test support: loop devices and the built `pathpilot` binary.
+//! Host-side test support: loop devices, eBPF programs, and the built
+//! `pathpilot` and `xtask` binaries.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
@@ -72,15 +73,26 @@ pub fn sh(cmd: &str) -> Output {
     out
 }
 
-/// The `pathpilot` binary of the profile these tests were built with
-/// (`target/<profile>/pathpilot`, next to the test executable's `deps/`).
+/// The `pathpilot` binary of the profile these tests were built with.
 pub fn pathpilot_bin() -> PathBuf {
+    workspace_bin("pathpilot")
+}
+
+/// The `xtask` binary (`cargo xtask`) of the profile these tests were
+/// built with: the tests run its commands rather than link it.
+pub fn xtask_bin() -> PathBuf {
+    workspace_bin("xtask")
+}
+
+/// A binary of the workspace build: `target/<profile>/NAME`, next to the
+/// test executable's `deps/`.
+fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe
         .parent()
         .and_then(|d| d.parent())
         .expect("test executable in target/<profile>/deps");
-    let bin = dir.join("pathpilot");
+    let bin = dir.join(name);
     assert!(
         bin.is_file(),
         "{} is missing: build it first (`cargo build --release`, or run the README's test command)",

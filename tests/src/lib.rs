@@ -1,7 +1,9 @@
 //! Test support: see the modules.
 //!
-//! - [`host`]: host-side helpers (loop devices, real eBPF);
-//! - [`vm`]: the dm-multipath VM testbed (a wrapper over `xtask::testbed`
-//!   that adds the skip policy for machines without QEMU).
+//! - [`host`]: host-side helpers (loop devices, real eBPF, the built
+//!   binaries);
+//! - [`guest`]: helpers over the dm-multipath VM testbed
+//!   (`pathpilot_testbed`): the skip policy for machines without QEMU,
+//!   maps, the daemon and fio in the guest.
+pub mod guest;
 pub mod host;
-pub mod vm;

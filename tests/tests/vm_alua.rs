@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use pathpilot::{blockdev::DevNum, mpath::MultipathTable};
+use pathpilot_testbed::{AluaSpec, AluaState, Backstore, Testbed};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{
-        Testbed, daemon_log, daemon_status, expect_clean, poll, poll_since, start_daemon,
-        verified_writer, wait_map_ready,
+    guest::{
+        daemon_log, daemon_status, expect_clean, poll, poll_since, start_daemon, verified_writer,
+        wait_map_ready,
     },
 };
-use xtask::testbed::{AluaSpec, AluaState, Backstore};
 
 // The stall budget is raised because the emulated LIO array drains a
 // suspend slowly (a reload stalled 894 ms on a CI machine, which froze the

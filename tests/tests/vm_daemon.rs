@@ -8,11 +8,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use pathpilot_testbed::Testbed;
+use pathpilot_testbed::figures::{bw_per_second, median};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, TestbedExt, daemon_status, multipath_table, start_daemon},
+    guest::{TestbedExt, daemon_log, daemon_status, multipath_table, start_daemon},
 };
-use xtask::util::median;
 
 /// A config for fast tests: 2 s windows, short settle and hold times.
 fn config(mode: &str, selector: &str) -> String {
@@ -159,7 +160,7 @@ fn unequal_paths_are_tuned_to_the_best_static_setting() -> Result<()> {
     // From round-robin to 90% of what the paths can carry within 40 s (a
     // tuner must find the setting while the workload lasts): the best
     // median of 5 of fio's seconds ending by then.
-    let per_sec = xtask::fio::bw_per_second(&tb.sh("cut -d, -f1,2 /tmp/tuning_bw.1.log")?)?;
+    let per_sec = bw_per_second(&tb.sh("cut -d, -f1,2 /tmp/tuning_bw.1.log")?)?;
     let reached = per_sec
         .windows(5)
         .filter(|w| w[4].0 <= 40.0)
@@ -308,7 +309,7 @@ fn sampled_observation_counts_every_byte_and_says_what_share_it_saw() -> Result<
     // Two windows more: the last of the load's is in the totals.
     std::thread::sleep(Duration::from_secs(5));
     let s = daemon_status(&tb)?;
-    let log = pathpilot_tests::vm::daemon_log(&tb);
+    let log = daemon_log(&tb);
     assert!(
         log.contains("observation sampled: the probes run for 25% of each window (across"),
         "{log}"

@@ -7,11 +7,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use pathpilot_testbed::Testbed;
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{
-        Testbed, TestbedExt, daemon_alive, daemon_log, daemon_status, expect_clean, parse_fio,
-        poll, poll_since, start_daemon, stop_daemon, verified_writer, wait_map_ready,
+    guest::{
+        TestbedExt, daemon_alive, daemon_log, daemon_status, expect_clean, parse_fio_terse, poll,
+        poll_since, start_daemon, stop_daemon, verified_writer, wait_map_ready,
     },
 };
 
@@ -183,7 +184,7 @@ fn all_paths_pulled_queue_then_no_path_retry() -> Result<()> {
     tb.pull_path(0)?;
     let out = tb.wait_job(&writer, Duration::from_secs(30))?;
     let failed_after = t.elapsed();
-    let f = parse_fio(&out.stdout_str())?;
+    let f = parse_fio_terse(&out.stdout_str())?;
     eprintln!(
         "no_path_retry_secs = 3: pull -> fio failed {:.0} ms, error {} ({})",
         ms(failed_after),
@@ -204,7 +205,7 @@ fn all_paths_pulled_queue_then_no_path_retry() -> Result<()> {
          --output-format=terse --terse-version=3 2>&1",
     )?;
     assert_eq!(
-        parse_fio(&o.stdout_str())?.error,
+        parse_fio_terse(&o.stdout_str())?.error,
         5,
         "a read with no path: {}",
         o.stdout_str()
@@ -284,7 +285,7 @@ fn hung_path_is_failed_by_the_checker_timeout() -> Result<()> {
          --ioengine=libaio --iodepth=4 --time_based --runtime=3 \
          --output-format=terse --terse-version=3 2>&1",
     )?;
-    let f = parse_fio(&o)?;
+    let f = parse_fio_terse(&o)?;
     let mib_s = f.read_kib as f64 / 1024.0 / 3.0;
     eprintln!(
         "hung path: new reads on the map while it was failed: {mib_s:.1} MiB/s, error {}",
@@ -592,7 +593,7 @@ fn a_saturated_path_is_slow_not_failed() -> Result<()> {
             std::thread::sleep(Duration::from_millis(500));
         }
         let out = tb.wait_job(&job, Duration::from_secs(60))?;
-        let f = parse_fio(&out.stdout_str())?;
+        let f = parse_fio_terse(&out.stdout_str())?;
         let log = daemon_log(&tb);
         waits = log.matches("behind queued I/O").count();
         eprintln!(

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use pathpilot::mpath::{MultipathStatus, MultipathTable};
+use pathpilot_testbed::{Output, Testbed};
 use pathpilot_tests::boot_or_skip;
-use pathpilot_tests::vm::{Output, Testbed, TestbedExt};
+use pathpilot_tests::guest::TestbedExt;
 use serde_json::Value;
 
 const WWID: &str = "35000c500deadbeef";

@@ -6,11 +6,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use pathpilot_testbed::{Job, Testbed};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{
-        Disk, Job, Testbed, TestbedExt, daemon_log, daemon_status, expect_clean, start_daemon,
-        stop_daemon,
+    guest::{
+        Disk, TestbedExt, daemon_log, daemon_status, expect_clean, start_daemon, stop_daemon,
+        wait_map_ready,
     },
 };
 
@@ -36,7 +37,7 @@ const LIGHT: &str = "--bs=64k --rate=16m";
 /// rate) verified with crc32c for `secs`; the path to make sick.
 fn load(tb: &Testbed, secs: u32, shape: &str) -> Result<(Disk, Job)> {
     start_daemon(tb, CONFIG, "")?;
-    pathpilot_tests::vm::wait_map_ready(tb, 4)?;
+    wait_map_ready(tb, 4)?;
     let sick = tb.disks()?[1].clone();
     let job = tb.spawn(&format!(
         "fio --name=v --filename=/dev/mapper/mpatha --rw=randwrite {shape} --direct=1 \

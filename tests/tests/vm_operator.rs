@@ -7,11 +7,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use pathpilot_testbed::Testbed;
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{
-        Testbed, TestbedExt, daemon_log, daemon_status, expect_clean, multipath_table, poll,
-        start_daemon, stop_daemon, verified_writer, wait_map_ready,
+    guest::{
+        TestbedExt, daemon_log, daemon_status, expect_clean, multipath_table, poll, start_daemon,
+        stop_daemon, verified_writer, wait_map_ready,
     },
 };
 

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use pathpilot_testbed::{AluaSpec, Backstore, Testbed};
 use pathpilot_tests::{
     boot_or_skip,
-    vm::{Testbed, daemon_log, daemon_status, poll, start_daemon},
+    guest::{daemon_log, daemon_status, poll, start_daemon},
 };
-use xtask::testbed::{AluaSpec, Backstore};
 
 const LUNS: usize = 16;
 const PORTS: usize = 4;

@@ -8,8 +8,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
+use pathpilot_testbed::Testbed;
 use pathpilot_tests::boot_or_skip;
-use pathpilot_tests::vm::{Testbed, TestbedExt};
+use pathpilot_tests::guest::TestbedExt;
 
 /// fio run length: long enough to average out the throttle's initial
 /// burst, short enough to keep the suite in CI's budget.

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::util::workspace_root;
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::figures::median;
 
 /// The line before a page's latest table.
 pub const BEGIN: &str = "<!-- bench:latest:begin -->";
@@ -271,7 +272,7 @@ fn observer(v: &Value, out: &mut Vec<String>) -> Result<()> {
             };
             vec![
                 name,
-                num(&json!(crate::util::median(&mut iops)), 0),
+                num(&json!(median(&mut iops)), 0),
                 num(&r["ns_per_io_median"], 0),
                 lost,
                 num(&r["iops_lost_ci95_half_width"], 1),

@@ -18,12 +18,9 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::figures::{bw_per_second, median};
+use pathpilot_testbed::{Job, Testbed, WWN, base64, dirs::workspace_root, process};
 use serde_json::Value;
-use xtask::{
-    fio::bw_per_second,
-    testbed::{Job, Testbed},
-    util::{run, workspace_root},
-};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,7 +57,7 @@ settle_windows = 1
 reload_min_interval_secs = 2
 flap_hold_secs = 6
 "#,
-        xtask::testbed::WWN
+        WWN
     )
 }
 
@@ -139,11 +136,12 @@ fn measure(tb: &Testbed, args: &str, secs: u64) -> Result<f64> {
     if per_sec.is_empty() {
         bail!("no fio per-second figures: {out}");
     }
-    Ok(median(per_sec.iter().map(|p| p.1).collect()))
+    Ok(median_mib_s(&per_sec))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    crate::bench::median(&mut v)
+/// The median MiB/s of (second, MiB/s) points.
+fn median_mib_s(per_sec: &[(f64, f64)]) -> f64 {
+    median(&mut per_sec.iter().map(|p| p.1).collect::<Vec<_>>())
 }
 
 /// The best static setting of each phase: (setting, MiB/s).
@@ -187,7 +185,6 @@ fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
         }
     }
     runs.sort_by_key(|r| r.0);
-    let mid = |v: &[(f64, f64)]| median(v.iter().map(|x| x.1).collect());
     let mut s = format!(
         "{:<30} {:>11} {:>9} {:>11}  {:<26} {:>8}\n",
         "phase", "start MiB/s", "end MiB/s", "best static", "(setting)", "end/best"
@@ -203,11 +200,11 @@ fn phase_table(tb: &Testbed, best: &[(String, f64)]) -> Result<String> {
             .collect();
         let tail = &pts[pts.len().saturating_sub(5)..];
         let (b, bm) = &best[pi];
-        let end = mid(tail);
+        let end = median_mib_s(tail);
         s.push_str(&format!(
             "{:<30} {:>11.1} {:>9.1} {:>11.1}  {:<26} {:>7.0}%\n",
             format!("{i}. {name}"),
-            mid(&start),
+            median_mib_s(&start),
             end,
             bm,
             b,
@@ -228,7 +225,7 @@ impl Drop for Kill {
 }
 
 fn b64(s: &str) -> String {
-    xtask::testbed::base64::encode(s.as_bytes())
+    base64::encode(s.as_bytes())
 }
 
 /// One request to the guest daemon, as a response line.
@@ -304,9 +301,11 @@ fn summary(tb: &Testbed, t: f64) -> Result<String> {
 pub fn run_demo(args: Args) -> Result<()> {
     crate::setup::run(crate::setup::Args { no_apt: false })?;
     println!("demo: building pathpilot (release)");
-    run(Command::new(env!("CARGO"))
-        .current_dir(workspace_root())
-        .args(["build", "--release", "-p", "pathpilot"]))?;
+    process::run(
+        Command::new(env!("CARGO"))
+            .current_dir(workspace_root())
+            .args(["build", "--release", "-p", "pathpilot"]),
+    )?;
     println!("demo: booting the testbed: 4 paths to one LUN, capped 10/20/40/80 MiB/s");
     let tb = Testbed::builder()
         .paths(4)
@@ -470,6 +469,6 @@ mod tests {
     #[test]
     fn the_median_of_fio_seconds() {
         let v = bw_per_second("1000, 10240\n2000, 20480\n\n3000, 5120\n").unwrap();
-        assert_eq!(median(v.iter().map(|p| p.1).collect()), 10.0);
+        assert_eq!(median_mib_s(&v), 10.0);
     }
 }

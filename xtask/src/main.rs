@@ -3,11 +3,13 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod benchdoc;
 mod demo;
+mod package;
 mod setup;
 mod soak;
 mod test;
-mod vm;
+mod vm_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -38,9 +40,9 @@ enum Cmd {
     Test(test::Args),
     /// Boot the dm-multipath VM testbed and run a command in it.
     #[command(subcommand)]
-    Vm(Box<vm::Cmd>),
+    Vm(Box<vm_cmd::Cmd>),
     /// Build the Debian package: target/debian/pathpilot_<version>_amd64.deb.
-    Package,
+    Package(package::Args),
 }
 
 fn main() -> Result<()> {
@@ -50,28 +52,7 @@ fn main() -> Result<()> {
         Cmd::Setup(a) => setup::run(a),
         Cmd::Soak(a) => soak::run(a),
         Cmd::Test(a) => test::run_tests(a),
-        Cmd::Vm(c) => vm::run(*c),
-        Cmd::Package => package(),
+        Cmd::Vm(c) => vm_cmd::run(*c),
+        Cmd::Package(a) => package::run(a),
     }
-}
-
-fn package() -> Result<()> {
-    let root = xtask::util::workspace_root();
-    xtask::util::run(
-        std::process::Command::new(env!("CARGO"))
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "pathpilot"]),
-    )?;
-    let deb = xtask::package::build(
-        &root.join("target/release/pathpilot"),
-        &root.join("target/debian"),
-    )?;
-    let size = std::fs::metadata(&deb)?.len();
-    println!(
-        "package: {} ({:.1} MiB); install with: dpkg -i {}",
-        deb.display(),
-        size as f64 / 1048576.0,
-        deb.display()
-    );
-    Ok(())
 }

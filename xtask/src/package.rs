@@ -11,37 +11,21 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{output, run, workspace_root};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::process;
 
-/// Every file the package installs (the conffile and the maintainer
-/// scripts aside), for the tests to check `dpkg-deb -c` against.
-pub const FILES: &[&str] = &[
-    "usr/sbin/pathpilot",
-    "lib/systemd/system/pathpilot.service",
-    "etc/pathpilot/config.toml",
-    "usr/share/man/man8/pathpilot.8.gz",
-    "usr/share/man/man8/pathpilot-daemon.8.gz",
-    "usr/share/man/man8/pathpilot-reload.8.gz",
-    "usr/share/man/man8/pathpilot-set.8.gz",
-    "usr/share/man/man8/pathpilot-path.8.gz",
-    "usr/share/man/man8/pathpilot-stat.8.gz",
-    "usr/share/man/man8/pathpilot-top.8.gz",
-    "usr/share/man/man8/pathpilot-list.8.gz",
-    "usr/share/man/man8/pathpilot-create.8.gz",
-    "usr/share/man/man8/pathpilot-remove.8.gz",
-    "usr/share/man/man8/pathpilot-log.8.gz",
-    "usr/share/man/man8/pathpilot-ctl.8.gz",
-    "usr/share/man/man5/pathpilot.conf.5.gz",
-    "usr/share/bash-completion/completions/pathpilot",
-    "usr/share/zsh/vendor-completions/_pathpilot",
-    "usr/share/fish/vendor_completions.d/pathpilot.fish",
-    "usr/share/pathpilot/grafana/pathpilot.json",
-    "usr/share/doc/pathpilot/README.md.gz",
-    "usr/share/doc/pathpilot/docs/configuration.md.gz",
-    "usr/share/doc/pathpilot/docs/operator-model.md.gz",
-    "usr/share/doc/pathpilot/changelog.gz",
-    "usr/share/doc/pathpilot/copyright",
-];
+/// Every file the package installs (its control files aside), one a
+/// line: the build checks its staging tree against
+/// it, and the `package` test the built .deb and an install of it.
+const FILES: &str = include_str!("../../packaging/files.txt");
+
+/// The paths [`FILES`] lists.
+pub fn files() -> impl Iterator<Item = &'static str> {
+    FILES
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
 
 pub const CONFFILE: &str = "/etc/pathpilot/config.toml";
 
@@ -112,7 +96,7 @@ pub fn doc_pages(root: &Path) -> Result<Vec<(PathBuf, String)>> {
 /// links (nothing else is needed at run time: device-mapper is ioctls,
 /// eBPF is embedded).
 fn depends(bin: &Path) -> Result<String> {
-    let ldd = output(Command::new("ldd").arg(bin))?;
+    let ldd = process::output(Command::new("ldd").arg(bin))?;
     let mut pkgs = std::collections::BTreeSet::new();
     for l in ldd.lines() {
         let Some(lib) = l
@@ -182,9 +166,49 @@ fi
 exit 0
 "#;
 
+#[derive(clap::Args)]
+pub struct Args {
+    /// Package this pathpilot binary as it is, instead of building
+    /// pathpilot (release) first.
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Where the .deb (and its staging tree) goes, instead of
+    /// target/debian.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+}
+
+/// `cargo xtask package`: builds pathpilot (release) unless given a
+/// binary, then the package.
+pub fn run(args: Args) -> Result<()> {
+    let root = workspace_root();
+    let bin = match args.binary {
+        Some(b) => b,
+        None => {
+            process::run(Command::new(env!("CARGO")).current_dir(&root).args([
+                "build",
+                "--release",
+                "-p",
+                "pathpilot",
+            ]))?;
+            root.join("target/release/pathpilot")
+        }
+    };
+    let out_dir = args.out_dir.unwrap_or_else(|| root.join("target/debian"));
+    let deb = build(&bin, &out_dir)?;
+    let size = fs::metadata(&deb)?.len();
+    println!(
+        "package: {} ({:.1} MiB); install with: dpkg -i {}",
+        deb.display(),
+        size as f64 / 1048576.0,
+        deb.display()
+    );
+    Ok(())
+}
+
 /// Builds the package from `bin` (a release build of pathpilot) into
 /// `out_dir`; returns the .deb's path.
-pub fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
+fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     let root = workspace_root();
     let version = version()?;
     let stage = out_dir.join("stage");
@@ -193,16 +217,20 @@ pub fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     let gen_dir = out_dir.join("generated");
     let _ = fs::remove_dir_all(&gen_dir);
     for what in ["man", "completions", "config"] {
-        run(Command::new(bin)
-            .args(["generate", what])
-            .arg(&gen_dir)
-            .stdout(std::process::Stdio::null()))?;
+        process::run(
+            Command::new(bin)
+                .args(["generate", what])
+                .arg(&gen_dir)
+                .stdout(std::process::Stdio::null()),
+        )?;
     }
     let s = |p: &str| stage.join(p);
     write(&s("usr/sbin/pathpilot"), fs::read(bin)?, 0o755)?;
-    run(Command::new("strip")
-        .arg("--strip-unneeded")
-        .arg(s("usr/sbin/pathpilot")))?;
+    process::run(
+        Command::new("strip")
+            .arg("--strip-unneeded")
+            .arg(s("usr/sbin/pathpilot")),
+    )?;
     write(
         &s("lib/systemd/system/pathpilot.service"),
         fs::read(root.join("packaging/pathpilot.service"))?,
@@ -260,7 +288,7 @@ pub fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
          Files: *\nLicense: MIT or Apache-2.0\n",
         0o644,
     )?;
-    for f in FILES {
+    for f in files() {
         if !s(f).exists() {
             bail!("the package would lack {f}");
         }
@@ -289,11 +317,13 @@ pub fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
     write(&s("DEBIAN/prerm"), PRERM, 0o755)?;
     write(&s("DEBIAN/postrm"), POSTRM, 0o755)?;
     let deb = out_dir.join(format!("pathpilot_{version}_amd64.deb"));
-    run(Command::new("dpkg-deb")
-        .args(["--root-owner-group", "-Zxz", "--build"])
-        .arg(&stage)
-        .arg(&deb)
-        .stdout(std::process::Stdio::null()))?;
+    process::run(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-Zxz", "--build"])
+            .arg(&stage)
+            .arg(&deb)
+            .stdout(std::process::Stdio::null()),
+    )?;
     Ok(deb)
 }
 
@@ -329,8 +359,8 @@ mod tests {
             "docs/benchmarks/README.md",
             "usr/share/doc/pathpilot/docs/benchmarks/README.md.gz"
         ));
-        // What FILES lists under docs/ is among them.
-        for f in FILES.iter().filter(|f| f.contains("/docs/")) {
+        // What the package's file list names under docs/ is among them.
+        for f in files().filter(|f| f.contains("/docs/")) {
             assert!(pages.iter().any(|(_, t)| t == f), "{f}");
         }
     }

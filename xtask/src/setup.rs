@@ -4,7 +4,8 @@ use std::{path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context, Result, bail};
 
-use xtask::util::{cache_dir, output, run as run_cmd, workspace_root};
+use pathpilot_testbed::dirs::{cache_dir, workspace_root};
+use pathpilot_testbed::process;
 
 /// Debian packages the build, the host tests and the VM testbed use.
 /// (qemu-utils is deliberately absent: on this distribution its backported
@@ -102,7 +103,7 @@ fn apt() -> Result<String> {
     if missing.is_empty() {
         if !lists_know_the_testbed_kernel() && unsafe { libc::geteuid() } == 0 {
             println!("setup: apt lists cannot name the testbed kernel: apt-get update");
-            run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
+            process::run(Command::new("apt-get").args(["update", "-qq"]))?;
         }
         return Ok(format!("all {} present", APT_PACKAGES.len()));
     }
@@ -114,8 +115,8 @@ fn apt() -> Result<String> {
         );
     }
     println!("setup: installing {}", missing.join(" "));
-    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(
+    process::run(Command::new("apt-get").args(["update", "-qq"]))?;
+    process::run(
         Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
@@ -129,7 +130,7 @@ fn apt() -> Result<String> {
 }
 
 fn nightly_sysroot() -> Result<PathBuf> {
-    let s = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+    let s = process::output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
         .context("the nightly toolchain is needed to build the eBPF programs")?;
     Ok(PathBuf::from(s.trim()))
 }
@@ -141,9 +142,9 @@ fn rust_src() -> Result<String> {
     }
     let script = workspace_root().join("../shared/toolchain/install-rust-src.sh");
     if script.is_file() {
-        run_cmd(Command::new("bash").arg(&script).arg("nightly"))?;
+        process::run(Command::new("bash").arg(&script).arg("nightly"))?;
     } else {
-        run_cmd(Command::new("rustup").args([
+        process::run(Command::new("rustup").args([
             "component",
             "add",
             "rust-src",
@@ -164,7 +165,7 @@ pub fn tools_dir() -> PathBuf {
 fn bpf_linker() -> Result<String> {
     let tools = tools_dir();
     let bin = tools.join("bin/bpf-linker");
-    if let Ok(v) = output(Command::new(&bin).arg("--version"))
+    if let Ok(v) = process::output(Command::new(&bin).arg("--version"))
         && v.contains(BPF_LINKER_VERSION)
     {
         return Ok(format!("{} at {}", v.trim(), bin.display()));
@@ -177,7 +178,7 @@ fn bpf_linker() -> Result<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
         .context("nightly's sysroot has no libLLVM.so.*-rust-*")?;
-    let vv = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let vv = process::output(Command::new("rustc").args(["+nightly", "-vV"]))?;
     let major = vv
         .lines()
         .find_map(|l| l.strip_prefix("LLVM version: "))
@@ -195,7 +196,7 @@ fn bpf_linker() -> Result<String> {
     println!(
         "setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM {major} (about 2 minutes)"
     );
-    run_cmd(
+    process::run(
         Command::new("cargo")
             .env("LLVM_PREFIX", &prefix)
             .args(["install", "--locked", "--quiet"])
@@ -216,13 +217,13 @@ pub fn cargo_fuzz_bin() -> PathBuf {
 
 fn cargo_fuzz() -> Result<String> {
     let bin = cargo_fuzz_bin();
-    if let Ok(v) = output(Command::new(&bin).arg("--version"))
+    if let Ok(v) = process::output(Command::new(&bin).arg("--version"))
         && v.contains(CARGO_FUZZ_VERSION)
     {
         return Ok(format!("{} at {}", v.trim(), bin.display()));
     }
     println!("setup: building cargo-fuzz {CARGO_FUZZ_VERSION} (about 1.5 minutes)");
-    run_cmd(
+    process::run(
         Command::new("cargo")
             .args(["install", "--locked", "--quiet"])
             .arg(format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"))

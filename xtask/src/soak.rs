@@ -11,9 +11,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::{Job, Testbed, process};
 use serde_json::Value;
-use xtask::testbed::{Job, Testbed};
-use xtask::util::{run as run_cmd, workspace_root};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -122,7 +122,7 @@ pub fn run(args: Args) -> Result<()> {
     let workloads = pick(WORKLOADS, |w| w.0, &args.workload, "workload")?;
     let faults = pick(FAULTS, |f| f, &args.fault, "fault")?;
     println!("soak: building pathpilot (release)");
-    run_cmd(
+    process::run(
         std::process::Command::new(env!("CARGO"))
             .current_dir(workspace_root())
             .args(["build", "--release", "-p", "pathpilot"]),

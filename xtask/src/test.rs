@@ -10,7 +10,8 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use xtask::util::{run, workspace_root};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::process;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -57,7 +58,7 @@ pub fn run_tests(args: Args) -> Result<()> {
     for (name, a) in steps {
         let t = Instant::now();
         println!("xtask test: {name}: cargo {}", a.join(" "));
-        match run(&mut cargo(&a)) {
+        match process::run(&mut cargo(&a)) {
             Ok(()) => println!("xtask test: {name} ok ({:.0} s)", t.elapsed().as_secs_f64()),
             Err(e) => {
                 println!("xtask test: {name} FAILED: {e:#}");
@@ -232,7 +233,7 @@ fn fuzz() -> Result<Vec<String>> {
             .arg("--")
             .arg(format!("-max_total_time={secs}"))
             .arg("-print_final_stats=1");
-        let r = run(&mut c);
+        let r = process::run(&mut c);
         let _ = std::fs::remove_dir_all(&work);
         match r {
             Ok(()) => println!(

@@ -9,7 +9,7 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use xtask::util::workspace_root;
+use pathpilot_testbed::dirs::workspace_root;
 
 /// The README's most lines: a first page, not a reference.
 const README_MAX_LINES: usize = 250;

@@ -22,7 +22,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use xtask::testbed::Testbed;
+use pathpilot_testbed::Testbed;
 
 use super::ProgramReading;
 

@@ -1,13 +1,14 @@
 //! `cargo xtask bench ...`: figures measured side by side in one run,
 //! printed as a table and written to `target/bench/NAME.json`; with
 //! `--write-docs` (or `cargo xtask bench docs` later) also rendered into
-//! `docs/benchmarks/NAME.md` (see [`xtask::benchdoc`]).
+//! `docs/benchmarks/NAME.md` (see [`crate::benchdoc`]).
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use xtask::benchdoc;
-use xtask::util::workspace_root;
+use pathpilot_testbed::dirs::workspace_root;
+
+use crate::benchdoc;
 
 mod floor;
 mod mpath;
@@ -150,8 +151,6 @@ pub fn save(name: &str, value: &serde_json::Value) -> Result<std::path::PathBuf>
     }
     Ok(path)
 }
-
-pub use xtask::util::median;
 
 /// One eBPF program as the kernel accounts it: (name, run ns, runs).
 pub type ProgramReading = (String, u64, u64);

@@ -19,10 +19,13 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::dirs::workspace_root;
+use pathpilot_testbed::process;
 use serde_json::json;
-use xtask::util::{output, run as run_cmd, workspace_root};
 
-use super::{Loss, median, save};
+use pathpilot_testbed::figures::median;
+
+use super::{Loss, save};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,7 +57,7 @@ const ISSUE_CODE: &str = "65ec2f7";
 
 /// The full commit id `rev` names, if any.
 fn commit_of(rev: &str) -> Option<String> {
-    output(
+    process::output(
         Command::new("git")
             .current_dir(workspace_root())
             .args(["rev-parse", "--verify", "--quiet"])
@@ -106,7 +109,7 @@ impl Drop for Loop {
 
 /// (IOPS, I/Os) of one fio run.
 fn fio(dev: &str, secs: u64) -> Result<(f64, u64)> {
-    let out = output(Command::new("fio").args([
+    let out = process::output(Command::new("fio").args([
         "--name=bench",
         &format!("--filename={dev}"),
         "--rw=randread",
@@ -228,7 +231,7 @@ fn tracefs() -> Result<()> {
     if has("/sys/kernel/tracing") || has("/sys/kernel/debug/tracing") {
         return Ok(());
     }
-    run_cmd(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+    process::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
         .context(
             "biolatency's classic tracepoints need tracefs: mounting it at /sys/kernel/tracing",
         )?;
@@ -258,7 +261,7 @@ fn programs_of(pid: u32) -> Result<BTreeMap<u32, super::ProgramReading>> {
             }));
         }
     }
-    let all: serde_json::Value = serde_json::from_str(&output(
+    let all: serde_json::Value = serde_json::from_str(&process::output(
         Command::new("bpftool").args(["-j", "prog", "show"]),
     )?)?;
     Ok(all
@@ -388,7 +391,7 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
         .args(["worktree", "remove", "--force"])
         .arg(&tree)
         .status();
-    run_cmd(
+    process::run(
         Command::new("git")
             .current_dir(&root)
             .args(["worktree", "add", "--detach"])
@@ -396,7 +399,7 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
             .arg(rev),
     )?;
     println!("bench observer: building the baseline {rev} (a separate target dir)");
-    run_cmd(
+    process::run(
         Command::new(env!("CARGO"))
             .current_dir(&tree)
             .env(
@@ -409,7 +412,7 @@ fn build_baseline(rev: &str) -> Result<PathBuf> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    run_cmd(
+    process::run(
         Command::new(env!("CARGO"))
             .current_dir(workspace_root())
             .args(["build", "--release", "-p", "pathpilot"]),
@@ -435,12 +438,12 @@ pub fn run(args: Args) -> Result<()> {
         }
         tools.push(Tool::Baseline(bin.clone()));
     }
-    run_cmd(Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=1"]))?;
+    process::run(Command::new("sysctl").args(["-qw", "kernel.bpf_stats_enabled=1"]))?;
     // The backing file lives in the page cache, so the loop device answers
     // from memory and the probes' own cost is what shows.
     let image = std::env::temp_dir().join(format!("pathpilot-bench-{}.img", std::process::id()));
     std::fs::write(&image, vec![0x5au8; 256 << 20])?;
-    let dev = output(
+    let dev = process::output(
         Command::new("losetup")
             .args(["--find", "--show"])
             .arg(&image),

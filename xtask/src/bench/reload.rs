@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::{Config, Testbed};
 use serde_json::json;
-use xtask::testbed::{Config, Testbed};
 
 use super::save;
 

@@ -16,10 +16,12 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use pathpilot_testbed::{AluaSpec, Backstore, Testbed};
 use serde_json::{Value, json};
-use xtask::testbed::{AluaSpec, Backstore, Testbed};
 
-use super::{Share, median, save};
+use pathpilot_testbed::figures::median;
+
+use super::{Share, save};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -15,10 +15,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use pathpilot_testbed::figures::median;
+use pathpilot_testbed::{Link, Testbed};
 use serde_json::{Value, json};
-use xtask::testbed::{Link, Testbed};
 
-use super::{Opts, Point, Report, Rig, Row, Static, wwid};
+use super::opts::Opts;
+use super::report::{Point, Report, Row};
+use super::rig::{Rig, wwid};
+use super::statics::Static;
 
 /// Every path's cap (MiB/s); path `SICK` turns sick.
 const CAPS: [f64; 4] = [20.0; 4];
@@ -323,7 +327,7 @@ fn report(
     ));
     let median_react = |v: &[Round]| {
         let mut x: Vec<f64> = v.iter().filter_map(|x| x.2).collect();
-        (!x.is_empty()).then(|| super::median(&mut x))
+        (!x.is_empty()).then(|| median(&mut x))
     };
     for sick in [Sickness::Slow, Sickness::Errors] {
         let mut rows_sick = vec![];

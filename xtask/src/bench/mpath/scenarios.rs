@@ -2,21 +2,23 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, Result};
+use pathpilot_testbed::figures::median;
+use pathpilot_testbed::{Builder, Link, Testbed};
 use serde_json::{Value, json};
-use xtask::testbed::{Link, Testbed};
 
 use super::super::{Loss, ProgramReading, Share, floor, program_costs};
 use super::toggled::{self, Observer};
 
-use super::{
-    MULTIPATH_TOOLS, Opts, Point, Report, Rig, Row, Static, Tuned, Workload, compare,
-    settle_verdicts, show_settings,
-};
+use super::compare::{Tuned, Workload, compare};
+use super::opts::Opts;
+use super::report::{Point, Report, Row, settle_verdicts};
+use super::rig::{Rig, show_settings};
+use super::statics::{MULTIPATH_TOOLS, Static};
 
 /// The row of the daemon started from round-robin.
 const FROM_RR: &str = "pathpilot from rr";
 
-pub(super) fn boot(paths: usize, caps: &[f64], link: Link) -> xtask::testbed::Builder {
+pub(super) fn boot(paths: usize, caps: &[f64], link: Link) -> Builder {
     Testbed::builder()
         .paths(paths)
         .caps_mib(caps)
@@ -553,7 +555,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             )
         };
         let bare: Vec<f64> = t.pairs.iter().flatten().map(|p| p.0).collect();
-        let bare_iops = super::median(&mut bare.clone());
+        let bare_iops = median(&mut bare.clone());
         if !capped {
             cpu_bound_iops = bare_iops;
             // Where the guest's time per I/O goes, program by program.
@@ -581,9 +583,9 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             .enumerate()
         {
             let with: Vec<f64> = pairs.iter().map(|p| p.1).collect();
-            let cpu_med = super::median(&mut cpu.clone());
+            let cpu_med = median(&mut cpu.clone());
             r.rows.push(
-                Row::new(&case, config, point(super::median(&mut with.clone())))
+                Row::new(&case, config, point(median(&mut with.clone())))
                     .with("setting", json!(format!("{how}, cpu {cpu_med:.1}%")))
                     .with("cpu_pct", json!((cpu_med * 10.0).round() / 10.0))
                     .with(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::Rig;
+use super::rig::Rig;
 use crate::bench::floor;
 
 /// What is started and stopped between the windows without it.

@@ -1,36 +1,12 @@
-//! The VM testbed (docs/testing.md): real dm-multipath over N emulated paths to one
-//! LUN, in a QEMU VM running a stock Debian kernel, because the development
-//! host has no device-mapper.
-//!
-//! ```no_run
-//! # fn main() -> anyhow::Result<()> {
-//! use xtask::testbed::Testbed;
-//! let tb = Testbed::builder().paths(4).caps_mib(&[10.0, 20.0, 40.0, 80.0]).boot()?;
-//! let disks = tb.sh("ls /sys/block")?;
-//! tb.pull_path(1)?;
-//! tb.restore_path(1)?;
-//! # Ok(()) }
-//! ```
-//!
-//! - [`image`]: the cached kernel / initramfs / LUN image build;
-//! - [`vm`]: QEMU, the command agent on virtio-serial, QMP path actions;
-//! - [`wire`]: the network-namespace link model.
+//! What a testbed boot is made from: the paths and their caps, the link
+//! model, the guest's size, an ALUA array; [`Builder`] sets them fluently
+//! (`Testbed::builder()`); `machine` adds [`Builder::boot`].
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-pub mod alua;
-pub mod base64;
-pub mod cpio;
-pub mod image;
-pub mod procfs;
-pub mod qmp;
-pub mod vm;
-pub mod wire;
-
-pub use alua::{AluaSpec, AluaState, Backstore};
-pub use vm::{AluaPort, Job, Output, Testbed};
+use crate::alua::{AluaSpec, Backstore};
 
 /// The WWN every path reports: one LUN, N paths.
 pub const WWN: u64 = 0x5000c500deadbeef;
@@ -77,7 +53,7 @@ pub struct Config {
     pub mem_mib: u32,
     pub smp: u32,
     pub boot_timeout: Duration,
-    /// Default per-command timeout of [`Testbed::sh`] and [`Testbed::run`].
+    /// Default per-command timeout of [`crate::Testbed::sh`] and [`crate::Testbed::run`].
     pub cmd_timeout: Duration,
     /// Host directory shared at /share (9p).
     pub share: Option<PathBuf>,
@@ -242,39 +218,4 @@ impl Builder {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
-    pub fn boot(self) -> Result<Testbed> {
-        Testbed::boot(self.cfg)
-    }
-}
-
-/// What must exist on the host before a testbed can boot; the error names
-/// the missing piece and the fix.
-pub fn check_host(link: Link) -> Result<()> {
-    let mut need = vec![
-        "qemu-system-x86_64",
-        "apt-get",
-        "dpkg-deb",
-        "depmod",
-        "modprobe",
-        "xz",
-        "ldd",
-    ];
-    if link == Link::Wire {
-        need.extend(["qemu-storage-daemon", "ip", "tc"]);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<_> = need
-        .into_iter()
-        .filter(|b| !std::env::split_paths(&path).any(|d| d.join(b).is_file()))
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "the VM testbed needs {} on the host: run `cargo xtask setup`",
-            missing.join(", ")
-        );
-    }
-    if !std::path::Path::new("/bin/busybox").exists() {
-        bail!("the VM testbed needs busybox-static (/bin/busybox): run `cargo xtask setup`");
-    }
-    Ok(())
 }

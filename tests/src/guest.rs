@@ -1,7 +1,9 @@
-//! The VM testbed for integration tests.
+//! Helpers over the VM testbed for the integration tests: booting or
+//! skipping, the guest's disks and maps, the daemon, fio.
 //!
 //! ```no_run
-//! use pathpilot_tests::vm::{Testbed, TestbedExt, boot_or_skip};
+//! use pathpilot_testbed::Testbed;
+//! use pathpilot_tests::guest::{TestbedExt, boot_or_skip};
 //! fn t() -> anyhow::Result<()> {
 //!     let Some(tb) = boot_or_skip(Testbed::builder().paths(4).caps_mib(&[10.0, 20.0, 40.0, 80.0]))? else {
 //!         return Ok(()); // PATHPILOT_SKIP_VM=1 and no QEMU: already reported as SKIPPED
@@ -18,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-pub use xtask::testbed::{Builder, Config, Job, Link, Output, SERIAL, Testbed, WWN, check_host};
+use pathpilot_testbed::{Builder, Job, Testbed, check_host, image};
 
 /// Set to `1` to let VM tests skip (loudly) where the testbed cannot run.
 pub const SKIP_ENV: &str = "PATHPILOT_SKIP_VM";
@@ -32,8 +34,8 @@ fn skip_allowed() -> bool {
 /// line and returns `None`. Without that variable a missing prerequisite is
 /// an error: a VM test never passes without running.
 pub fn boot_or_skip(b: Builder) -> Result<Option<Testbed>> {
-    let pre = check_host(b.config().link)
-        .and_then(|_| xtask::testbed::image::prepare(b.config().lun_mib).map(drop));
+    let pre =
+        check_host(b.config().link).and_then(|_| image::prepare(b.config().lun_mib).map(drop));
     if let Err(e) = pre {
         if skip_allowed() {
             eprintln!(
@@ -53,7 +55,7 @@ pub fn boot_or_skip(b: Builder) -> Result<Option<Testbed>> {
 #[macro_export]
 macro_rules! boot_or_skip {
     ($b:expr) => {
-        match $crate::vm::boot_or_skip($b)? {
+        match $crate::guest::boot_or_skip($b)? {
             Some(tb) => tb,
             None => return Ok(()),
         }
@@ -105,6 +107,13 @@ pub fn multipath_table(sectors: u64, selector: &str, devs: &[&str]) -> String {
     t
 }
 
+/// [`multipath_table`] for `devs`, sized as the first path is.
+fn sized_table(tb: &Testbed, selector: &str, devs: &[&str]) -> Result<String> {
+    let first = devs.first().context("no paths")?;
+    let sz = tb.sh(&format!("cat /sys/dev/block/{first}/size"))?;
+    Ok(multipath_table(sz.trim().parse()?, selector, devs))
+}
+
 impl TestbedExt for Testbed {
     fn disks(&self) -> Result<Vec<Disk>> {
         let out = self.sh("for d in /sys/block/sd*; do [ -e \"$d\" ] || continue; \
@@ -144,17 +153,13 @@ impl TestbedExt for Testbed {
     }
 
     fn create_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
-        let first = devs.first().context("no paths")?;
-        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
-        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        let t = sized_table(self, selector, devs)?;
         self.sh(&format!("dmsetup create {name} --table '{t}'"))?;
         Ok(())
     }
 
     fn reload_map(&self, name: &str, selector: &str, devs: &[&str]) -> Result<()> {
-        let first = devs.first().context("no paths")?;
-        let sz = self.sh(&format!("cat /sys/dev/block/{first}/size"))?;
-        let t = multipath_table(sz.trim().parse()?, selector, devs);
+        let t = sized_table(self, selector, devs)?;
         self.sh(&format!(
             "dmsetup load {name} --table '{t}' && dmsetup suspend {name} && dmsetup resume {name}"
         ))?;
@@ -182,12 +187,7 @@ impl TestbedExt for Testbed {
              --offset={offset_mib}M --size=256M --runtime={secs} --time_based --output-format=terse \
              --terse-version=3 2>&1"
         ))?;
-        let line = out
-            .lines()
-            .find(|l| l.starts_with("3;"))
-            .with_context(|| format!("no fio terse line: {out}"))?;
-        let kib: f64 = line.split(';').nth(6).context("short fio line")?.parse()?;
-        Ok(kib / 1024.0)
+        Ok(parse_fio_terse(&out)?.read_kib_s / 1024.0)
     }
 }
 
@@ -317,25 +317,30 @@ pub struct Fio {
     /// fio's first error (errno), 0 when none.
     pub error: u64,
     pub read_kib: u64,
+    /// Read bandwidth, KiB/s.
+    pub read_kib_s: f64,
     pub write_kib: u64,
     pub verify_failures: usize,
 }
 
-pub fn parse_fio(out: &str) -> Result<Fio> {
+pub fn parse_fio_terse(out: &str) -> Result<Fio> {
     let line = out
         .lines()
         .find(|l| l.starts_with("3;"))
         .with_context(|| format!("no fio terse line in:\n{out}"))?;
     let f: Vec<&str> = line.split(';').collect();
+    let field = |i: usize| f.get(i).with_context(|| format!("short fio line: {line}"));
     let num = |i: usize| -> Result<u64> {
-        f.get(i)
-            .with_context(|| format!("short fio line: {line}"))?
+        field(i)?
             .parse()
             .with_context(|| format!("fio field {i}: {line}"))
     };
     Ok(Fio {
         error: num(4)?,
         read_kib: num(5)?,
+        read_kib_s: field(6)?
+            .parse()
+            .with_context(|| format!("fio field 6: {line}"))?,
         write_kib: num(46)?,
         verify_failures: out
             .lines()
@@ -349,7 +354,7 @@ pub fn parse_fio(out: &str) -> Result<Fio> {
 pub fn expect_clean(tb: &Testbed, job: &Job, what: &str) -> Result<Fio> {
     let out = tb.wait_job(job, Duration::from_secs(150))?;
     let text = out.stdout_str();
-    let f = parse_fio(&text)?;
+    let f = parse_fio_terse(&text)?;
     eprintln!(
         "{what}: fio wrote {} MiB, read back {} MiB, error {}, verify failures {}",
         f.write_kib / 1024,

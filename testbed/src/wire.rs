@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::util;
+use crate::process::{self, die_with_parent};
 
 /// tbf `burst`: well below the 1 MiB request size, or the bucket lets a
 /// whole request through at once and the leaky-bucket behaviour returns.
@@ -40,11 +40,11 @@ pub struct Wire {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    util::output(Command::new("ip").args(args)).map(drop)
+    process::output(Command::new("ip").args(args)).map(drop)
 }
 
 fn tc(ns: &str, args: &[&str]) -> Result<()> {
-    util::output(Command::new("tc").args(["-n", ns]).args(args)).map(drop)
+    process::output(Command::new("tc").args(["-n", ns]).args(args)).map(drop)
 }
 
 impl Wire {
@@ -122,7 +122,7 @@ impl Wire {
         // --pidfile is written after the NBD server listens (documented
         // ordering), which is our readiness signal.
         let mut cmd = Command::new("ip");
-        super::vm::die_with_parent(&mut cmd);
+        die_with_parent(&mut cmd);
         let child = cmd
             .args(["netns", "exec", &w.server_ns, "qemu-storage-daemon"])
             .arg("--blockdev")
@@ -208,7 +208,7 @@ impl Wire {
 }
 
 fn kill_ns_pids(ns: &str) {
-    if let Ok(out) = util::output(Command::new("ip").args(["netns", "pids", ns])) {
+    if let Ok(out) = process::output(Command::new("ip").args(["netns", "pids", ns])) {
         for pid in out.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
             // SAFETY: plain kill(2) of processes inside our own namespace.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -234,7 +234,7 @@ impl Drop for Wire {
         for ns in [&self.client_ns, &self.server_ns] {
             kill_ns_pids(ns);
             // Deleting a namespace deletes the veths in it.
-            let _ = util::output(Command::new("ip").args(["netns", "del", ns]));
+            let _ = process::output(Command::new("ip").args(["netns", "del", ns]));
         }
     }
 }
@@ -242,7 +242,7 @@ impl Drop for Wire {
 /// Deletes namespaces left by testbeds whose process is gone (killed before
 /// Drop could run).
 pub(crate) fn sweep_stale() {
-    let Ok(list) = util::output(Command::new("ip").args(["netns", "list"])) else {
+    let Ok(list) = process::output(Command::new("ip").args(["netns", "list"])) else {
         return;
     };
     for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
@@ -255,7 +255,7 @@ pub(crate) fn sweep_stale() {
         if !PathBuf::from(format!("/proc/{pid}")).exists() {
             eprintln!("testbed: removing stale namespace {name} (pid {pid} is gone)");
             kill_ns_pids(name);
-            let _ = util::output(Command::new("ip").args(["netns", "del", name]));
+            let _ = process::output(Command::new("ip").args(["netns", "del", name]));
         }
     }
 }

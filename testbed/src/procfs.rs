@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::Testbed;
+use crate::machine::Testbed;
 
 /// A process's figures at one moment.
 #[derive(Clone, Copy, Debug, PartialEq)]

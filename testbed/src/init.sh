@@ -2,7 +2,7 @@
 # /init of the pathpilot testbed VM (busybox sh). Sets the guest up, then
 # serves commands from the host over the virtio-serial port "pp.agent".
 #
-# Protocol, one line per message (see xtask/src/testbed/vm.rs):
+# Protocol, one line per message (see testbed/src/machine.rs):
 #   host -> guest: HELLO | C <id> <timeout-s> <base64 script> | OFF
 #   guest -> host: @@READY <uptime>
 #                  @@R <id> <rc> / @@O / <base64 stdout> / @@E / <base64 stderr> / @@Z <id>

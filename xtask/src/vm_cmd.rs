@@ -1,11 +1,11 @@
-//! `cargo xtask vm ...`: the testbed for people (docs/testing.md); tests use
-//! the same code through `xtask::testbed`.
+//! `cargo xtask vm ...`: the testbed for people (docs/testing.md); the
+//! tests and the benches drive the same crate, `pathpilot_testbed`.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::{Args as ClapArgs, Subcommand};
-use xtask::testbed::{AluaSpec, Backstore, Config, Link, Testbed};
+use pathpilot_testbed::{AluaSpec, Backstore, Config, Link, Testbed};
 
 #[derive(Subcommand)]
 pub enum Cmd {

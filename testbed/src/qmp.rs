@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::vm::read_line_until;
+use crate::lines::read_line_until;
 
 pub struct Qmp {
     r: BufReader<UnixStream>,

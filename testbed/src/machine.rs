@@ -1,4 +1,4 @@
-//! The running VM: QEMU, the command agent and QMP.
+//! The running VM: QEMU, the command agent (see `agent`) and QMP.
 //!
 //! The guest stays up while a test talks to it. Commands travel over a
 //! virtio-serial port (not the console, which carries kernel messages and
@@ -6,7 +6,6 @@
 //! to at startup, so the channel exists before the guest boots and no
 //! polling for a socket file is needed. QMP is connected the same way.
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -17,10 +16,17 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::image::{self, Images, Lock};
-use super::qmp::Qmp;
-use super::wire::{self, Wire};
-use super::{AluaSpec, AluaState, Builder, Config, Link, SERIAL, WWN, base64};
+use crate::agent::{Agent, Output};
+use crate::alua::{self, AluaSpec, AluaState};
+use crate::base64;
+use crate::config::{Builder, Config, Link, SERIAL, WWN};
+use crate::dirs::testbed_dir;
+use crate::image::{self, Images};
+use crate::lock::Lock;
+use crate::prerequisites::check_host;
+use crate::process::die_with_parent;
+use crate::qmp::Qmp;
+use crate::wire::{self, Wire};
 
 /// One port of an ALUA testbed's array.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,74 +41,11 @@ pub struct AluaPort {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// The result of one guest command.
-#[derive(Debug, Clone)]
-pub struct Output {
-    pub code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    /// Host-side round trip, including the agent's overhead.
-    pub elapsed: Duration,
-}
-
-impl Output {
-    pub fn success(&self) -> bool {
-        self.code == 0
-    }
-    pub fn stdout_str(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-    pub fn stderr_str(&self) -> String {
-        String::from_utf8_lossy(&self.stderr).into_owned()
-    }
-}
-
 /// A guest command started in the background by [`Testbed::spawn`].
 #[derive(Debug, Clone)]
 pub struct Job {
     pub id: u64,
     pub pid: u32,
-}
-
-/// Reads one `\n`-terminated line (without the `\n`) before `deadline`.
-/// Returns `Ok(false)` on timeout; `alive` runs between short waits so a
-/// dead QEMU is reported at once rather than at the deadline.
-pub(crate) fn read_line_until(
-    r: &mut BufReader<UnixStream>,
-    buf: &mut Vec<u8>,
-    deadline: Instant,
-    alive: &mut dyn FnMut() -> Result<()>,
-) -> Result<bool> {
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(false);
-        }
-        let slice = (deadline - now).clamp(Duration::from_millis(1), Duration::from_millis(250));
-        r.get_ref().set_read_timeout(Some(slice))?;
-        match r.read_until(b'\n', buf) {
-            Ok(_) if buf.last() == Some(&b'\n') => {
-                buf.pop();
-                return Ok(true);
-            }
-            Ok(_) => bail!("the VM closed the channel"),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                alive()?
-            }
-            Err(e) => return Err(e).context("reading from the VM"),
-        }
-    }
-}
-
-struct Agent {
-    r: BufReader<UnixStream>,
-    w: UnixStream,
-    next_id: u64,
 }
 
 /// A booted VM. Dropping it powers the guest off (killing QEMU if it does
@@ -191,6 +134,13 @@ fn prune_runs(dir: &Path) {
     }
 }
 
+impl Builder {
+    /// Boots the testbed this builder describes.
+    pub fn boot(self) -> Result<Testbed> {
+        Testbed::boot(self.cfg)
+    }
+}
+
 impl Testbed {
     pub fn builder() -> Builder {
         Builder::default()
@@ -199,12 +149,12 @@ impl Testbed {
     /// Builds images as needed, boots, and waits for the guest agent.
     pub fn boot(cfg: Config) -> Result<Testbed> {
         cfg.validate()?;
-        super::check_host(cfg.link)?;
+        check_host(cfg.link)?;
         let images = image::prepare(cfg.lun_mib)?;
         wire::sweep_stale();
         let lock = if cfg.exclusive {
             Some(Lock::take(
-                &image::testbed_dir().join("vm.lock"),
+                &testbed_dir().join("vm.lock"),
                 "another testbed VM to finish",
             )?)
         } else {
@@ -215,7 +165,7 @@ impl Testbed {
         let stamp = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)?
             .as_secs();
-        let runs = image::testbed_dir().join("runs");
+        let runs = testbed_dir().join("runs");
         prune_runs(&runs);
         let run_dir = runs.join(format!("{stamp}-{pid}-{seq}"));
         fs::create_dir_all(&run_dir)?;
@@ -442,36 +392,23 @@ impl Testbed {
         let agent_s = accept_until(&agent_l, "agent", deadline, &mut || self.check_alive())?;
         let qmp_s = accept_until(&qmp_l, "QMP", deadline, &mut || self.check_alive())?;
         *self.qmp.lock().unwrap() = Some(Qmp::handshake(qmp_s)?);
-        let mut agent = Agent {
-            r: BufReader::new(agent_s.try_clone()?),
-            w: agent_s,
-            next_id: 1,
-        };
-        writeln!(agent.w, "HELLO")?;
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            if !read_line_until(&mut agent.r, &mut line, deadline, &mut || {
-                self.check_alive()
-            })? {
-                bail!(
+        let mut agent = Agent::new(agent_s)?;
+        let up = agent
+            .wait_ready(deadline, &mut || self.check_alive())?
+            .with_context(|| {
+                format!(
                     "the guest agent did not answer within {:?}",
                     self.cfg.boot_timeout
-                );
-            }
-            if let Some(up) = line.strip_prefix(b"@@READY ") {
-                self.boot_time = t_qemu.elapsed();
-                eprintln!(
-                    "testbed: booted in {:.2} s (guest uptime {} s), {} path(s), link {:?}, console {}",
-                    self.boot_time.as_secs_f64(),
-                    String::from_utf8_lossy(up),
-                    self.cfg.n_paths(),
-                    self.cfg.link,
-                    self.console_path().display()
-                );
-                break;
-            }
-        }
+                )
+            })?;
+        self.boot_time = t_qemu.elapsed();
+        eprintln!(
+            "testbed: booted in {:.2} s (guest uptime {up} s), {} path(s), link {:?}, console {}",
+            self.boot_time.as_secs_f64(),
+            self.cfg.n_paths(),
+            self.cfg.link,
+            self.console_path().display()
+        );
         *self.agent.lock().unwrap() = Some(agent);
         if let Some(spec) = self.cfg.alua.clone() {
             let t = Instant::now();
@@ -544,7 +481,7 @@ impl Testbed {
     /// Sets target port group `group` to `state` on the array (every LIO
     /// device): an array failing over.
     pub fn set_alua_state(&self, group: u16, state: AluaState) -> Result<()> {
-        self.sh(&super::alua::state_script(group, state))?;
+        self.sh(&alua::state_script(group, state))?;
         Ok(())
     }
 
@@ -579,7 +516,7 @@ impl Testbed {
 
     /// Moves port `port` (1-based) into target port group `group`.
     pub fn move_port(&self, port: usize, group: u16) -> Result<()> {
-        self.sh(&super::alua::move_script(port, group))?;
+        self.sh(&alua::move_script(port, group))?;
         Ok(())
     }
 
@@ -661,53 +598,14 @@ impl Testbed {
         let a = guard
             .as_mut()
             .context("the testbed has no agent (interactive, or powered off)")?;
-        let id = a.next_id;
-        a.next_id += 1;
-        let secs = timeout.as_secs().max(1);
-        let t = Instant::now();
-        writeln!(a.w, "C {id} {secs} {}", base64::encode(script.as_bytes()))
-            .context("the agent channel is closed")?;
-        let deadline = t + Duration::from_secs(secs + 15);
-        let (mut code, mut out, mut err) = (None, Vec::new(), Vec::new());
-        let mut section = 0u8;
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            if !read_line_until(&mut a.r, &mut line, deadline, &mut || self.check_alive())? {
-                bail!(
-                    "the guest did not answer within {secs} s + 15 s{}",
-                    self.console_tail_msg(20)
-                );
-            }
-            if let Some(rest) = line.strip_prefix(b"@@R ") {
-                let s = String::from_utf8_lossy(rest);
-                let mut it = s.split_whitespace();
-                if it.next() != Some(&id.to_string()) {
-                    continue; // a stale reply to a command that timed out
-                }
-                code = it.next().and_then(|c| c.parse::<i32>().ok());
-                section = 0;
-            } else if code.is_none() {
-                continue;
-            } else if line == b"@@O" {
-                section = 1;
-            } else if line == b"@@E" {
-                section = 2;
-            } else if line.starts_with(b"@@Z ") {
-                break;
-            } else if section == 1 {
-                out.extend_from_slice(&line);
-            } else if section == 2 {
-                err.extend_from_slice(&line);
-            }
+        match a.exec(script, timeout, &mut || self.check_alive())? {
+            Some(o) => Ok(o),
+            None => bail!(
+                "the guest did not answer within {} s + 15 s{}",
+                timeout.as_secs().max(1),
+                self.console_tail_msg(20)
+            ),
         }
-        let o = Output {
-            code: code.unwrap_or(-1),
-            stdout: base64::decode(&out)?,
-            stderr: base64::decode(&err)?,
-            elapsed: t.elapsed(),
-        };
-        Ok(o)
     }
 
     /// Runs `script`; a non-zero exit is an error carrying both outputs.
@@ -942,7 +840,7 @@ impl Testbed {
             return Ok(None);
         };
         if let Some(mut a) = self.agent.lock().unwrap().take() {
-            let _ = writeln!(a.w, "OFF");
+            a.power_off();
         }
         let wait = |child: &mut Child, d: Duration| -> Option<ExitStatus> {
             let t = Instant::now();
@@ -968,23 +866,6 @@ impl Testbed {
         let _ = child.kill();
         let st = child.wait()?;
         bail!("QEMU had to be killed ({st})")
-    }
-}
-
-/// Has the kernel SIGKILL the child when the thread that spawned it exits,
-/// so a test process killed before Drop runs (timeout, SIGKILL) leaves no
-/// QEMU behind. Hence a [`Testbed`] must live on the thread that booted it.
-pub(crate) fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 

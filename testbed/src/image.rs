@@ -22,8 +22,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::cpio::Cpio;
-use crate::util;
+use crate::cpio::Cpio;
+use crate::dirs::{testbed_dir, workspace_root};
+use crate::lock::Lock;
+use crate::process;
 
 /// Modules the guest loads at boot. Dependencies come from the kernel's
 /// own modules.dep. The optional ones are skipped when this kernel lacks
@@ -100,10 +102,6 @@ pub struct Images {
     pub kernel_release: String,
 }
 
-pub fn testbed_dir() -> PathBuf {
-    util::cache_dir().join("testbed")
-}
-
 /// Prints a progress line with the time the step took; the first build
 /// takes a minute and people should see where it goes.
 fn step<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -147,38 +145,6 @@ impl Default for Key {
     }
 }
 
-/// An exclusive `flock` on a file, released on drop: keeps concurrent
-/// builds (two test binaries, a test and `cargo xtask vm`) from writing the
-/// same cache entry.
-pub struct Lock(#[allow(dead_code)] fs::File);
-impl Lock {
-    pub fn take(path: &Path, what: &str) -> Result<Self> {
-        use std::os::fd::AsRawFd;
-        if let Some(d) = path.parent() {
-            fs::create_dir_all(d)?;
-        }
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("cannot open lock {}", path.display()))?;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            eprintln!("testbed: waiting for {what} (lock {})", path.display());
-            // SAFETY: as above.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-                bail!(
-                    "flock {}: {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
-        Ok(Lock(f))
-    }
-}
-
 /// Builds whatever is missing and returns the paths to boot from.
 pub fn prepare(lun_mib: u64) -> Result<Images> {
     let dir = testbed_dir();
@@ -217,13 +183,13 @@ fn kernel_package(dir: &Path) -> Option<(String, String)> {
 
 fn kernel_package_from_apt() -> Option<(String, String)> {
     let deps =
-        util::output(Command::new("apt-cache").args(["depends", "linux-image-amd64"])).ok()?;
+        process::output(Command::new("apt-cache").args(["depends", "linux-image-amd64"])).ok()?;
     let pkg = deps
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-6."))?
         .to_string();
-    let pol = util::output(Command::new("apt-cache").args(["policy", &pkg])).ok()?;
+    let pol = process::output(Command::new("apt-cache").args(["policy", &pkg])).ok()?;
     let ver = pol
         .lines()
         .find_map(|l| l.trim().strip_prefix("Candidate: "))?
@@ -270,7 +236,7 @@ fn kernel(dir: &Path) -> Result<PathBuf> {
     let dl = kdir.join("dl");
     fs::create_dir_all(&dl)?;
     step(&format!("apt-get download {pkg} ({ver})"), || {
-        util::output(
+        process::output(
             Command::new("apt-get")
                 .args(["download", &format!("{pkg}={ver}")])
                 .current_dir(&dl),
@@ -285,11 +251,11 @@ fn kernel(dir: &Path) -> Result<PathBuf> {
         .context("apt-get download produced no .deb")?;
     let root = kdir.join("root");
     step("dpkg-deb -x", || {
-        util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))
+        process::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))
     })?;
     let release = kernel_release(&kdir)?;
     step("depmod", || {
-        util::run(Command::new("depmod").arg("-b").arg(&root).arg(&release))
+        process::run(Command::new("depmod").arg("-b").arg(&root).arg(&release))
     })?;
     step("extract PVH vmlinux", || {
         extract_vmlinux(
@@ -350,7 +316,7 @@ fn extract_vmlinux(bz: &Path, out: &Path) -> Result<()> {
 /// The shared libraries `ldd` says a binary needs, as the paths the dynamic
 /// loader will look for.
 fn ldd(bin: &Path) -> Result<Vec<PathBuf>> {
-    let out = util::output(Command::new("ldd").arg(bin))?;
+    let out = process::output(Command::new("ldd").arg(bin))?;
     Ok(out
         .lines()
         .filter_map(|l| {
@@ -391,12 +357,8 @@ fn stamp(p: &Path) -> Option<String> {
     Some(format!("{}:{}", m.size(), m.mtime()))
 }
 
-/// `base.manifest` holds the current base layer's key and the host files
-/// it was made from, with their size and mtime. Re-checking those stats is
-/// enough to reuse the layer, and skips running ldd and modprobe on ~50
-/// files at every boot (about a second).
-/// What the base layer is made of, as this build of xtask says: a layer
-/// made from another recipe (a binary or module added) is not reused.
+/// What the base layer is made of, as this build of the testbed says: a
+/// layer made from another recipe (a binary or module added) is not reused.
 fn recipe() -> String {
     let mods: Vec<String> = MODULES
         .iter()
@@ -413,6 +375,10 @@ fn recipe() -> String {
         .hex()
 }
 
+/// `base.manifest` holds the current base layer's key and the host files
+/// it was made from, with their size and mtime. Re-checking those stats is
+/// enough to reuse the layer, and skips running ldd and modprobe on ~50
+/// files at every boot (about a second).
 fn quick_base(dir: &Path, release: &str) -> Option<(PathBuf, String)> {
     let m = fs::read_to_string(dir.join("base.manifest")).ok()?;
     let mut lines = m.lines();
@@ -548,7 +514,7 @@ fn base_layer(dir: &Path, kdir: &Path, release: &str) -> Result<(PathBuf, String
         c.chardev("/dev/console", 5, 1)?;
         c.chardev("/dev/null", 1, 3)?;
         c.file(busybox, "/bin/busybox")?;
-        let list = util::output(Command::new(busybox).arg("--list"))?;
+        let list = process::output(Command::new(busybox).arg("--list"))?;
         for a in list.lines().filter(|a| *a != "busybox" && !a.is_empty()) {
             c.symlink(&format!("/bin/{a}"), "busybox")?;
         }
@@ -616,7 +582,7 @@ fn prune(dir: &Path, prefix: &str, keep: &str) {
 /// The freshly built controller, if any: tests of the testbed itself do not
 /// need it, tests of the controller build it first.
 pub fn pathpilot_binary() -> Option<PathBuf> {
-    let p = util::workspace_root().join("target/release/pathpilot");
+    let p = workspace_root().join("target/release/pathpilot");
     p.exists().then_some(p)
 }
 

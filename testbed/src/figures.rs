@@ -1,5 +1,16 @@
-//! fio's output as figures, for the demo and the VM tests alike.
+//! Figures from measurements, for the demo, the benches and the VM tests
+//! alike: the median, and fio's bandwidth log per second.
 use anyhow::Result;
+
+/// The median (sorts `v`); NaN for none.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
 
 /// (second, MiB/s) from fio bandwidth log lines `msec, KiB/s` (the first
 /// two fields, as `cut -d, -f1,2` leaves them); blank lines are skipped.
@@ -23,5 +34,12 @@ mod tests {
         let v = bw_per_second("1000, 10240\n2000, 20480\n\n3000, 5120\n").unwrap();
         assert_eq!(v, vec![(1.0, 10.0), (2.0, 20.0), (3.0, 5.0)]);
         assert!(bw_per_second("1000, x").is_err());
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_middle_pairs_mean() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&mut []).is_nan());
     }
 }
