@@ -270,6 +270,13 @@ fn build(bin: &Path, out_dir: &Path) -> Result<PathBuf> {
         fs::read(root.join("dashboards/grafana/pathpilot.json"))?,
         0o644,
     )?;
+    for rules in ["pathpilot-alerts.yml", "pathpilot-records.yml"] {
+        write(
+            &s(&format!("usr/share/pathpilot/prometheus/{rules}")),
+            fs::read(root.join("dashboards/prometheus").join(rules))?,
+            0o644,
+        )?;
+    }
     gzip_into(
         &root.join("README.md"),
         &s("usr/share/doc/pathpilot/README.md.gz"),
