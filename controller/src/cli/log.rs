@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::daemon::{
+use crate::ctl::{
     client::{self, DEFAULT_SOCKET, LogData, LogEntry},
     protocol::Request,
 };
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::metrics::example_status;
+    use crate::ctl::fixture::example_status;
 
     fn entries() -> Vec<serde_json::Value> {
         let s = example_status();
@@ -173,7 +173,7 @@ mod tests {
     fn no_daemon_exits_6_and_refusals_by_code() {
         use crate::{
             cli::{exit, exit_code},
-            daemon::{client::ClientError, protocol::ErrorCode},
+            ctl::{client::ClientError, protocol::ErrorCode},
         };
         let args = Args {
             follow: false,

@@ -12,7 +12,7 @@ use crate::{
         reload::resolve_path,
         route::{self, Via},
     },
-    daemon::protocol::Request,
+    ctl::protocol::Request,
     dm::{Dm, Message},
     mpath::PathState,
 };

@@ -14,9 +14,8 @@ use crate::{
         UsageError,
         route::{self, Via},
     },
-    daemon::{
+    ctl::{
         client::ClientError,
-        policy::sync::{self, Hold},
         protocol::{ErrorCode, Request},
     },
     discovery::PathDevice,
@@ -25,6 +24,7 @@ use crate::{
         readback::{self, Readback, features_string, hwhandler_string},
     },
     mpath::{MultipathTable, Path, PathArgs, PriorityGroup, Selector},
+    policy::sync::{self, Hold},
     tuner::Knob,
 };
 
@@ -371,7 +371,7 @@ pub fn release(map: &str, knobs: &[Knob], json: bool) -> Result<()> {
             "no pathpilot daemon runs: nothing of {map} is pinned"
         )));
     };
-    let data = crate::daemon::client::call(
+    let data = crate::ctl::client::call(
         &socket,
         &Request::Release {
             map: map.into(),
@@ -518,7 +518,7 @@ fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
             let held: BTreeMap<DevNum, Hold> = dm
                 .multipath_status(&args.map)
                 .map(|st| {
-                    crate::daemon::ops::failed_in(&st)
+                    crate::policy::ops::failed_in(&st)
                         .into_iter()
                         .map(|d| (d, Hold::Kernel))
                         .collect()

@@ -8,7 +8,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Result, bail};
 
 use crate::{
-    daemon::{
+    ctl::{
         client::{self, ClientError},
         protocol::{ErrorCode, Request},
     },

@@ -12,7 +12,7 @@ use crate::{
         path::map_of,
         route::{self, Via},
     },
-    daemon::protocol::Request,
+    ctl::protocol::Request,
     dm::{Dm, DmError},
     sysfs_knobs::{self, Applied, Outcome, Setting},
     tuner::Knob as TunerKnob,

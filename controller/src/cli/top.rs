@@ -40,7 +40,7 @@ pub struct Args {
     pub size: String,
     /// The daemon's control socket; without a daemon answering there, the
     /// dashboard observes on its own.
-    #[arg(long, value_name = "PATH", default_value = crate::daemon::client::DEFAULT_SOCKET)]
+    #[arg(long, value_name = "PATH", default_value = crate::ctl::client::DEFAULT_SOCKET)]
     pub socket: std::path::PathBuf,
 }
 

@@ -13,7 +13,7 @@ use pathpilot_dashboards::{
     term,
 };
 
-use crate::daemon::{
+use crate::ctl::{
     client::{self, ClientError, LogEntry, StatusView},
     protocol::Request,
     status::{MapState, PathState},
@@ -253,7 +253,7 @@ impl term::Source for DaemonSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::metrics::example_status;
+    use crate::ctl::fixture::example_status;
 
     fn view() -> StatusView {
         serde_json::from_value(serde_json::to_value(example_status()).unwrap()).unwrap()

@@ -4,7 +4,8 @@
 //! histogram's `_bucket`, `_sum` and `_count` series included).
 use std::collections::BTreeMap;
 
-use super::{metrics::render, status::DaemonStatus};
+use super::metrics::render;
+use crate::ctl::status::DaemonStatus;
 
 #[test]
 fn the_metrics_page_names_every_exported_family_and_no_other() {

@@ -14,19 +14,19 @@ use anyhow::{Context, Result, bail};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{
-    config::{self, Config},
     engine::Engine,
     metrics,
     shared::Shared,
     socket::{self, AccessPolicy},
     state::{STATE_FILE, State},
-    status::DaemonStatus,
 };
-use crate::{error::UsageError, lock::Locks, tuner::Mode};
-
-#[derive(Debug, thiserror::Error)]
-#[error("pathpilot daemon needs root (it loads eBPF programs and changes device-mapper maps)")]
-pub struct NotRoot;
+use crate::{
+    config::{self, Config},
+    ctl::status::DaemonStatus,
+    error::{NotRoot, UsageError},
+    lock::Locks,
+    tuner::Mode,
+};
 
 /// The gid of a group name, from the group database.
 fn group_id(name: &str) -> Option<u32> {

@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use super::{
+use crate::ctl::{
     protocol::{Request, Response},
     status::DaemonStatus,
 };

@@ -1,5 +1,5 @@
 //! The control socket server: JSON lines over a Unix socket (the protocol is
-//! in [`super::protocol`] and docs/control-socket.md). Reads are answered from the
+//! in [`crate::ctl::protocol`] and docs/control-socket.md). Reads are answered from the
 //! published status without waiting on the engine; changes go to the engine
 //! thread and its reply comes back.
 //!
@@ -24,9 +24,9 @@ use tokio::{
     time::timeout,
 };
 
-use super::{
+use super::shared::Shared;
+use crate::ctl::{
     protocol::{self, ErrorCode, MAX_LINE, Request, Response},
-    shared::Shared,
     status::LoggedDecision,
 };
 
@@ -397,7 +397,10 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::daemon::{client, metrics::example_status, shared::ToEngine};
+    use crate::{
+        ctl::{client, fixture::example_status},
+        daemon::shared::ToEngine,
+    };
 
     /// A directory of its own under the temp dir, removed on drop.
     struct TempDir(PathBuf);

@@ -6,11 +6,8 @@ use anyhow::{Context, Result};
 
 use super::{Engine, say};
 use crate::{
-    blockdev::DevNum,
-    daemon::{actuator, policy::marginal},
-    mpath::grouping,
-    observer::DeviceInterval,
-    tuner::Mode,
+    blockdev::DevNum, daemon::actuator, mpath::grouping, observer::DeviceInterval,
+    policy::marginal, tuner::Mode,
 };
 
 impl Engine {

@@ -13,23 +13,21 @@ use anyhow::Result;
 use super::{AluaSeen, Engine, MapEntry, PathEntry, WHO, available_selectors, note_status, say};
 use crate::{
     blockdev::{BlockDev, DevNum},
-    daemon::{
-        actuator,
-        policy::{
-            failback, hotplug, marginal,
-            no_path_retry::NoPathRetry,
-            outside,
-            repair::{self, Repair},
-            schedule::Look,
-            sync,
-        },
-    },
+    daemon::actuator,
     discovery::{self, alua::Alua, naming},
     dm::Message,
     lock::MapLock,
     mpath::{
         Feature, MultipathStatus, MultipathTable, Selector,
         grouping::{self, Candidate, Grouping},
+    },
+    policy::{
+        failback, hotplug, marginal,
+        no_path_retry::NoPathRetry,
+        outside,
+        repair::{self, Repair},
+        schedule::Look,
+        sync,
     },
     tuner::Tuner,
 };

@@ -7,7 +7,7 @@
 //! the truth (read back after every change); the operator's decisions
 //! (paths failed by hand, knobs pinned) outrank the daemon's own; the
 //! checker decides whether a path is usable; the tuner only acts on a
-//! healthy map. The rules themselves live in [`super::policy`] and the
+//! healthy map. The rules themselves live in [`crate::policy`] and the
 //! tuner; this module is the loop that feeds them and carries them out.
 use std::{
     collections::{BTreeMap, HashMap},
@@ -25,7 +25,20 @@ use anyhow::{Context, Result};
 use super::{
     actuator::{self, Target},
     checker::{Checkers, Verdict},
+    shared::{Shared, ToEngine},
+    state::State,
+};
+use crate::{
+    blockdev::DevNum,
     config::Config,
+    ctl::status::{
+        DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
+    },
+    discovery::{alua::AccessState, uevent::UeventMonitor},
+    dm::{self, Dm, Message, multipathd},
+    lock::{Locks, MapLock},
+    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
+    observer::{Access, Bios, DeviceInterval, Observer, Scope, Snapshot},
     policy::{
         marginal,
         no_path_retry::NoPathRetry,
@@ -33,19 +46,6 @@ use super::{
         schedule::{Look, Reads, Scan, ScanSchedule},
         sync::{self, Hold},
     },
-    shared::{Shared, ToEngine},
-    state::State,
-    status::{
-        DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
-    },
-};
-use crate::{
-    blockdev::DevNum,
-    discovery::{alua::AccessState, uevent::UeventMonitor},
-    dm::{self, Dm, Message, multipathd},
-    lock::{Locks, MapLock},
-    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
-    observer::{Access, Bios, DeviceInterval, Observer, Scope, Snapshot},
     sysfs_attr::KeptFiles,
     sysfs_knobs::KnobFiles,
     tuner::{Decision, Health, Knob, Mode, Settings, Tuner, Window},
@@ -751,7 +751,7 @@ impl Engine {
         let path = std::path::Path::new(&self.config_path);
         match Config::load(
             path,
-            path != std::path::Path::new(super::config::DEFAULT_PATH),
+            path != std::path::Path::new(crate::config::DEFAULT_PATH),
         ) {
             Ok(c) => {
                 if c.socket != self.cfg.socket || c.metrics != self.cfg.metrics {

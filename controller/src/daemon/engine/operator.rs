@@ -8,10 +8,8 @@ use std::collections::BTreeSet;
 use super::{Engine, say};
 use crate::{
     blockdev::DevNum,
-    daemon::{
-        actuator,
-        protocol::{ErrorCode, Request, Response},
-    },
+    ctl::protocol::{ErrorCode, Request, Response},
+    daemon::actuator,
     dm::Message,
     lock::LockError,
     mpath::MultipathTable,

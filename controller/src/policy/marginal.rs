@@ -644,7 +644,7 @@ fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::policy::testing::d;
+    use crate::policy::testing::d;
 
     /// A 1 s window where path `i` completed `p[i].1` requests of the 64k
     /// class with median `p[i].0` ms.

@@ -5,10 +5,10 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
-use super::policy::marginal;
 use crate::{
     discovery::{Filter, Rule},
     mpath::{Selector, grouping::Grouping},
+    policy::marginal,
     tuner::{self, Mode},
 };
 
@@ -916,7 +916,7 @@ allow = ["wwid=^3500"]
 
     #[test]
     fn the_configuration_page_shows_the_documented_defaults() {
-        let page = include_str!("../../../docs/configuration.md");
+        let page = include_str!("../../docs/configuration.md");
         let block = page
             .split("```toml\n")
             .nth(1)
