@@ -47,7 +47,7 @@ pub struct Config {
     pub maps: MapsConfig,
     pub checker: CheckerConfig,
     pub tuner: TunerConfig,
-    pub marginal: marginal::Config,
+    pub marginal: marginal::MarginalConfig,
     pub filter: FilterConfig,
 }
 
@@ -126,7 +126,7 @@ impl Default for Config {
             maps: MapsConfig::default(),
             checker: CheckerConfig::default(),
             tuner: TunerConfig::default(),
-            marginal: marginal::Config::default(),
+            marginal: marginal::MarginalConfig::default(),
             filter: FilterConfig::default(),
         }
     }
@@ -159,7 +159,7 @@ impl Default for CheckerConfig {
 
 impl Default for TunerConfig {
     fn default() -> Self {
-        let t = tuner::Config::default();
+        let t = tuner::TunerConfig::default();
         TunerConfig {
             windows: t.windows,
             settle_windows: t.settle_windows,
@@ -396,9 +396,9 @@ impl Config {
         }
     }
 
-    pub fn tuner(&self) -> tuner::Config {
+    pub fn tuner(&self) -> tuner::TunerConfig {
         let t = &self.tuner;
-        tuner::Config {
+        tuner::TunerConfig {
             windows: t.windows,
             settle_windows: t.settle_windows,
             min_gain: t.min_gain_pct / 100.0,

@@ -1,6 +1,7 @@
 //! pathpilot: a controller for Linux dm-multipath.
 pub mod blockdev;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::ctl::{
     client::{self, DEFAULT_SOCKET, LogData, LogEntry},
-    protocol::Request,
+    protocol::ControlRequest,
 };
 
 #[derive(clap::Args, Debug)]
@@ -75,7 +75,7 @@ pub fn format_batch(decisions: &[serde_json::Value], json: bool) -> Result<Vec<S
 }
 
 fn fetch(args: &Args, since: Option<u64>) -> Result<LogData> {
-    let data = client::call(&args.socket, &Request::Log { since })?;
+    let data = client::call(&args.socket, &ControlRequest::Log { since })?;
     serde_json::from_value(data).context("the daemon's log reply is not understood")
 }
 

@@ -16,7 +16,7 @@ use crate::{
     },
     ctl::{
         client::ClientError,
-        protocol::{ErrorCode, Request},
+        protocol::{ControlRequest, ErrorCode},
     },
     discovery::PathDevice,
     dm::{
@@ -373,7 +373,7 @@ pub fn release(map: &str, knobs: &[Knob], json: bool) -> Result<()> {
     };
     let data = crate::ctl::client::call(
         &socket,
-        &Request::Release {
+        &ControlRequest::Release {
             map: map.into(),
             knobs: knobs.to_vec(),
         },
@@ -492,7 +492,7 @@ fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
             args.map
         )));
     }
-    let req = Request::Reload {
+    let req = ControlRequest::Reload {
         map: args.map.clone(),
         expect: report.old_table.clone(),
         table: report.new_table.clone(),

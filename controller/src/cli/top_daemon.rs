@@ -15,8 +15,8 @@ use pathpilot_dashboards::{
 
 use crate::ctl::{
     client::{self, ClientError, LogEntry, StatusView},
-    protocol::Request,
-    status::{MapState, PathState},
+    protocol::ControlRequest,
+    status::{MapReport, PathReport},
 };
 
 /// Sparkline samples kept per path.
@@ -60,7 +60,7 @@ impl DaemonSource {
 
     /// Whether a daemon answers `status` on the socket.
     pub fn probe(socket: &std::path::Path) -> Result<(), ClientError> {
-        client::call(socket, &Request::Status).map(drop)
+        client::call(socket, &ControlRequest::Status).map(drop)
     }
 
     /// The dashboard model of a status (the socket's JSON).
@@ -85,7 +85,7 @@ impl DaemonSource {
         }
     }
 
-    fn map_view(&mut self, m: &MapState) -> MapView {
+    fn map_view(&mut self, m: &MapReport) -> MapView {
         let mem = self.maps.entry(m.name.clone()).or_default();
         let cur = (m.totals.size_hist.clone(), m.totals.lat_hist.clone());
         if mem.totals != cur {
@@ -122,7 +122,7 @@ impl DaemonSource {
         }
     }
 
-    fn path_view(&mut self, map: &str, p: &PathState) -> PathView {
+    fn path_view(&mut self, map: &str, p: &PathReport) -> PathView {
         let mib_s = p.rates.read_mib_s + p.rates.write_mib_s;
         let h = self.history.entry(format!("{map}/{}", p.name)).or_default();
         h.push_back((mib_s * 1024.0).max(0.0) as u64);
@@ -168,7 +168,7 @@ impl DaemonSource {
         }
     }
 
-    fn send(&self, req: Request, done: impl FnOnce(&serde_json::Value) -> String) -> String {
+    fn send(&self, req: ControlRequest, done: impl FnOnce(&serde_json::Value) -> String) -> String {
         match client::call(&self.socket, &req) {
             Ok(v) => done(&v),
             Err(e) => format!("error: {e}"),
@@ -218,7 +218,8 @@ fn decision_view(d: &LogEntry) -> DecisionView {
 
 impl term::Source for DaemonSource {
     fn refresh(&mut self) -> Result<Model, String> {
-        let data = client::call(&self.socket, &Request::Status).map_err(|e| e.to_string())?;
+        let data =
+            client::call(&self.socket, &ControlRequest::Status).map_err(|e| e.to_string())?;
         let s: StatusView = serde_json::from_value(data)
             .map_err(|e| format!("the daemon's status is not understood: {e}"))?;
         Ok(self.model(&s))
@@ -229,21 +230,21 @@ impl term::Source for DaemonSource {
             UiRequest::Quit => String::new(),
             UiRequest::TogglePause { map } => {
                 if self.paused.get(map).copied().unwrap_or(false) {
-                    self.send(Request::Resume { map: map.clone() }, |_| {
+                    self.send(ControlRequest::Resume { map: map.clone() }, |_| {
                         format!("resumed tuning on {map}")
                     })
                 } else {
-                    self.send(Request::Pause { map: map.clone() }, |_| {
+                    self.send(ControlRequest::Pause { map: map.clone() }, |_| {
                         format!("paused tuning on {map}")
                     })
                 }
             }
             UiRequest::FailPath { map, path } => self
-                .send(Request::Fail { path: path.clone() }, |_| {
+                .send(ControlRequest::Fail { path: path.clone() }, |_| {
                     format!("failed {path} in {map}")
                 }),
             UiRequest::ReinstatePath { map, path } => self
-                .send(Request::Reinstate { path: path.clone() }, |_| {
+                .send(ControlRequest::Reinstate { path: path.clone() }, |_| {
                     format!("reinstated {path} in {map}")
                 }),
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::status::{
-    DaemonStatus, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
+    DaemonStatus, LoggedDecision, MapReport, PathReport, Rates, SizeLatency, Totals,
 };
 use crate::{
     mpath::Selector,
@@ -44,7 +44,7 @@ pub(crate) fn example_status() -> DaemonStatus {
             p99_us: Some(1800.0),
         }],
     };
-    let path = |name: &str, dev: &str, k: u64, state: &str, checker: &str| PathState {
+    let path = |name: &str, dev: &str, k: u64, state: &str, checker: &str| PathReport {
         name: name.into(),
         dev: dev.into(),
         hctl: format!("2:0:0:{k}"),
@@ -106,7 +106,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         window_s: 2.0,
         multipathd: None,
         maps: vec![
-            MapState {
+            MapReport {
                 name: "mpatha".into(),
                 wwid: "36001405aaaa\"quoted\\".into(),
                 dm_name: "dm-0".into(),
@@ -142,7 +142,7 @@ pub(crate) fn example_status() -> DaemonStatus {
                 ],
                 cgroups: vec![(1234, 3 << 20), (99, 1 << 20)],
             },
-            MapState {
+            MapReport {
                 name: "mpathb".into(),
                 wwid: "36001405bbbb".into(),
                 dm_name: "dm-1".into(),

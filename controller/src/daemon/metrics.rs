@@ -16,7 +16,7 @@ use tokio::{
 };
 
 use super::shared::Shared;
-use crate::ctl::status::{DaemonStatus, MapState, PathState, Totals};
+use crate::ctl::status::{DaemonStatus, MapReport, PathReport, Totals};
 
 /// The default listen address (loopback: metrics reveal the storage layout).
 pub const DEFAULT_ADDR: &str = "127.0.0.1:9777";
@@ -344,8 +344,8 @@ pub fn render(s: &DaemonStatus) -> String {
         );
     }
 
-    let map_l = |m: &MapState| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
-    let maps: Vec<(String, &MapState)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
+    let map_l = |m: &MapReport| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
+    let maps: Vec<(String, &MapReport)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
     let map_totals: Vec<(String, &Totals)> =
         maps.iter().map(|(l, m)| (l.clone(), &m.totals)).collect();
     device_families(&mut o, "map", &map_totals);
@@ -414,7 +414,7 @@ pub fn render(s: &DaemonStatus) -> String {
         }
     }
 
-    let paths: Vec<(String, &PathState)> = s
+    let paths: Vec<(String, &PathReport)> = s
         .maps
         .iter()
         .flat_map(|m| {

@@ -18,7 +18,7 @@ use super::{
     metrics,
     shared::Shared,
     socket::{self, AccessPolicy},
-    state::{STATE_FILE, State},
+    state::{STATE_FILE, SavedState},
 };
 use crate::{
     config::{self, Config},
@@ -63,13 +63,11 @@ fn sd_notify(state: &str) {
 }
 
 /// Loads the state file; `reset` moves a bad one aside first, loudly.
-fn load_state(reset: bool) -> Result<State> {
+fn load_state(reset: bool) -> Result<SavedState> {
     let path = Path::new(STATE_FILE);
     if reset {
-        let unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        match State::move_aside(path, unix)? {
+        let unix = crate::clock::unix_now() as u64;
+        match SavedState::move_aside(path, unix)? {
             Some(to) => eprintln!(
                 "pathpilot: --reset-state: moved {} to {}: the maps pathpilot made are \
                  observed only until adopted (maps.adopt), and the paths an operator failed \
@@ -80,7 +78,7 @@ fn load_state(reset: bool) -> Result<State> {
             None => eprintln!("pathpilot: --reset-state: there was no {}", path.display()),
         }
     }
-    Ok(State::load(path)?)
+    Ok(SavedState::load(path)?)
 }
 
 pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>, reset_state: bool) -> Result<()> {
@@ -131,7 +129,7 @@ pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>, reset_state: bool) 
 async fn serve(
     cfg: Config,
     path: PathBuf,
-    state: State,
+    state: SavedState,
     read_gid: Option<u32>,
     metrics_addr: Option<SocketAddr>,
 ) -> Result<()> {

@@ -26,7 +26,7 @@ use tokio::{
 
 use super::shared::Shared;
 use crate::ctl::{
-    protocol::{self, ErrorCode, MAX_LINE, Request, Response},
+    protocol::{self, ControlRequest, ErrorCode, MAX_LINE, Response},
     status::LoggedDecision,
 };
 
@@ -351,9 +351,9 @@ struct LogData<'a> {
     last_seq: u64,
 }
 
-fn read(req: &Request, shared: &Shared) -> String {
+fn read(req: &ControlRequest, shared: &Shared) -> String {
     match req {
-        Request::Log { since } => shared.with_status(|s| {
+        ControlRequest::Log { since } => shared.with_status(|s| {
             let since = since.unwrap_or(0);
             // Kept in seq order, so the newer ones are a suffix.
             let from = s.decisions.partition_point(|d| d.seq <= since);
@@ -366,7 +366,7 @@ fn read(req: &Request, shared: &Shared) -> String {
     }
 }
 
-async fn change(req: Request, shared: &Shared) -> Response {
+async fn change(req: ControlRequest, shared: &Shared) -> Response {
     let stopping = || Response::err(ErrorCode::Unavailable, "the daemon is stopping");
     let Some(reply) = shared.submit(req) else {
         return stopping();
@@ -431,13 +431,17 @@ mod tests {
         for m in rx {
             let ToEngine::Change(c) = m else { continue };
             let r = match &c.request {
-                Request::Pause { map } | Request::Resume { map } if map == "mpatha" => {
+                ControlRequest::Pause { map } | ControlRequest::Resume { map }
+                    if map == "mpatha" =>
+                {
                     Response::ok(json!({"map": map}))
                 }
-                Request::Fail { path } | Request::Reinstate { path } if path == "sdb" => {
+                ControlRequest::Fail { path } | ControlRequest::Reinstate { path }
+                    if path == "sdb" =>
+                {
                     Response::ok(json!({"path": path}))
                 }
-                Request::Pause { map } | Request::Resume { map } => {
+                ControlRequest::Pause { map } | ControlRequest::Resume { map } => {
                     Response::err(ErrorCode::NotFound, format!("no map '{map}'"))
                 }
                 other => Response::err(ErrorCode::NotFound, format!("{other:?}")),
@@ -499,18 +503,19 @@ mod tests {
     #[test]
     fn reads_answer_from_the_status() {
         let d = start(AccessPolicy::default(), 0o600);
-        let r = client::call(&d.path(), &Request::Status).unwrap();
+        let r = client::call(&d.path(), &ControlRequest::Status).unwrap();
         assert_eq!(r["maps"][0]["name"], "mpatha");
         assert_eq!(r["maps"][0]["paths"].as_array().unwrap().len(), 2);
         assert_eq!(r["decisions"].as_array().unwrap().len(), 3);
 
-        let all: client::LogData =
-            serde_json::from_value(client::call(&d.path(), &Request::Log { since: None }).unwrap())
-                .unwrap();
+        let all: client::LogData = serde_json::from_value(
+            client::call(&d.path(), &ControlRequest::Log { since: None }).unwrap(),
+        )
+        .unwrap();
         assert_eq!(all.decisions.len(), 3);
         assert_eq!(all.last_seq, 3);
         let newer: client::LogData = serde_json::from_value(
-            client::call(&d.path(), &Request::Log { since: Some(1) }).unwrap(),
+            client::call(&d.path(), &ControlRequest::Log { since: Some(1) }).unwrap(),
         )
         .unwrap();
         let seqs: Vec<u64> = newer
@@ -521,7 +526,7 @@ mod tests {
         assert_eq!(seqs, [2, 3]);
         assert_eq!(newer.decisions[0]["knob"], "max_sectors_kb");
         let none: client::LogData = serde_json::from_value(
-            client::call(&d.path(), &Request::Log { since: Some(3) }).unwrap(),
+            client::call(&d.path(), &ControlRequest::Log { since: Some(3) }).unwrap(),
         )
         .unwrap();
         assert!(none.decisions.is_empty());
@@ -532,7 +537,7 @@ mod tests {
         let d = start(AccessPolicy::default(), 0o600);
         let r = client::call(
             &d.path(),
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpatha".into(),
             },
         )
@@ -540,7 +545,7 @@ mod tests {
         assert_eq!(r, json!({"map": "mpatha"}));
         match client::call(
             &d.path(),
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpathz".into(),
             },
         ) {
@@ -650,7 +655,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(500));
         for _ in 0..5 {
             let t = Instant::now();
-            let r = client::call(&d.path(), &Request::Status).unwrap();
+            let r = client::call(&d.path(), &ControlRequest::Status).unwrap();
             assert_eq!(r["maps"][0]["name"], "mpatha");
             assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
@@ -755,7 +760,7 @@ mod tests {
         // Root may change.
         let r = client::call(
             &p,
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpatha".into(),
             },
         )

@@ -53,7 +53,7 @@ use crate::blockdev::DevNum;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct Config {
+pub struct MarginalConfig {
     pub enabled: bool,
     /// Bad: service time at least this many times the peers' median,
     /// beyond the path's usual ratio to them.
@@ -69,9 +69,9 @@ pub struct Config {
     pub min_samples: u64,
 }
 
-impl Default for Config {
+impl Default for MarginalConfig {
     fn default() -> Self {
-        Config {
+        MarginalConfig {
             enabled: true,
             latency_ratio: 8.0,
             error_rate_pct: 0.25,
@@ -179,7 +179,7 @@ impl Sample {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum State {
+pub enum PathHealth {
     Healthy,
     /// Set aside until `back_at`.
     Marginal {
@@ -192,12 +192,12 @@ pub enum State {
     },
 }
 
-impl State {
+impl PathHealth {
     pub fn word(&self) -> &'static str {
         match self {
-            State::Healthy => "healthy",
-            State::Marginal { .. } => "marginal",
-            State::Probation { .. } => "probation",
+            PathHealth::Healthy => "healthy",
+            PathHealth::Marginal { .. } => "marginal",
+            PathHealth::Probation { .. } => "probation",
         }
     }
 }
@@ -211,8 +211,8 @@ pub struct Transition {
 }
 
 #[derive(Clone, Debug)]
-struct PathHealth {
-    state: State,
+struct PathRecord {
+    state: PathHealth,
     bad_since: Option<f64>,
     /// What made the path bad first in this run of bad windows.
     bad_why: String,
@@ -227,10 +227,10 @@ struct PathHealth {
     errs: VecDeque<(f64, f64, u64, u64)>,
 }
 
-impl PathHealth {
+impl PathRecord {
     fn new(t: f64) -> Self {
-        PathHealth {
-            state: State::Healthy,
+        PathRecord {
+            state: PathHealth::Healthy,
             bad_since: None,
             bad_why: String::new(),
             bad_windows: 0,
@@ -245,7 +245,13 @@ impl PathHealth {
     /// Notes a window's commands and errors; the error rate over the last
     /// `ERROR_SPAN_SECS` when it makes the path bad: (why, start of the
     /// span).
-    fn errors(&mut self, cfg: &Config, t: f64, secs: f64, s: &Sample) -> Option<(String, f64)> {
+    fn errors(
+        &mut self,
+        cfg: &MarginalConfig,
+        t: f64,
+        secs: f64,
+        s: &Sample,
+    ) -> Option<(String, f64)> {
         if !s.checker_up {
             self.errs.clear();
             return None;
@@ -282,9 +288,9 @@ impl PathHealth {
 
 /// The health of one map's paths.
 #[derive(Clone, Debug)]
-pub struct Model {
-    cfg: Config,
-    paths: BTreeMap<DevNum, PathHealth>,
+pub struct HealthModel {
+    cfg: MarginalConfig,
+    paths: BTreeMap<DevNum, PathRecord>,
 }
 
 /// Service time per request, µs: median latency over the mean number of
@@ -327,30 +333,30 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
     (median > 0.0).then(|| (mine / median, *class, mine, median))
 }
 
-impl Model {
-    pub fn new(cfg: Config) -> Self {
-        Model {
+impl HealthModel {
+    pub fn new(cfg: MarginalConfig) -> Self {
+        HealthModel {
             cfg,
             paths: BTreeMap::new(),
         }
     }
 
     /// New settings (SIGHUP); what was judged stays.
-    pub fn set_config(&mut self, cfg: Config) {
+    pub fn set_config(&mut self, cfg: MarginalConfig) {
         self.cfg = cfg;
     }
 
-    pub fn state(&self, dev: DevNum) -> State {
+    pub fn state(&self, dev: DevNum) -> PathHealth {
         self.paths
             .get(&dev)
-            .map_or(State::Healthy, |p| p.state.clone())
+            .map_or(PathHealth::Healthy, |p| p.state.clone())
     }
 
     /// The paths to keep set aside now.
     pub fn marginal(&self) -> Vec<DevNum> {
         self.paths
             .iter()
-            .filter(|(_, p)| matches!(p.state, State::Marginal { .. }))
+            .filter(|(_, p)| matches!(p.state, PathHealth::Marginal { .. }))
             .map(|(d, _)| *d)
             .collect()
     }
@@ -361,7 +367,9 @@ impl Model {
     /// gives way to full observation until the map is clear again.
     pub fn suspects(&self) -> bool {
         self.paths.values().any(|p| {
-            p.state != State::Healthy || p.bad_since.is_some() || p.errs.iter().any(|e| e.3 > 0)
+            p.state != PathHealth::Healthy
+                || p.bad_since.is_some()
+                || p.errs.iter().any(|e| e.3 > 0)
         })
     }
 
@@ -371,8 +379,8 @@ impl Model {
         let Some(p) = self.paths.get_mut(&dev) else {
             return false;
         };
-        let was = p.state != State::Healthy;
-        p.state = State::Healthy;
+        let was = p.state != PathHealth::Healthy;
+        p.state = PathHealth::Healthy;
         p.bad_since = None;
         p.good_since = None;
         p.episodes = 0;
@@ -406,10 +414,10 @@ impl Model {
             let p = self
                 .paths
                 .entry(s.dev)
-                .or_insert_with(|| PathHealth::new(t));
-            if let State::Marginal { back_at, .. } = p.state {
+                .or_insert_with(|| PathRecord::new(t));
+            if let PathHealth::Marginal { back_at, .. } = p.state {
                 if t >= back_at {
-                    p.state = State::Probation { since: t };
+                    p.state = PathHealth::Probation { since: t };
                     p.bad_since = None;
                     p.good_since = None;
                     out.push(Transition {
@@ -446,7 +454,7 @@ impl Model {
                 None => {
                     // A good window's reason is said only when it ends a
                     // probation: not formatted for every path each window.
-                    let explain = matches!(p.state, State::Probation { .. });
+                    let explain = matches!(p.state, PathHealth::Probation { .. });
                     judge(&cfg, s, samples, secs, routing, &p.usual, explain)
                 }
             };
@@ -475,10 +483,10 @@ impl Model {
                 p.bad_since = None;
                 // Spans count from the start of their first window.
                 let good = *p.good_since.get_or_insert(t - secs);
-                if let State::Probation { since } = p.state
+                if let PathHealth::Probation { since } = p.state
                     && t - good >= cfg.sample_secs
                 {
-                    p.state = State::Healthy;
+                    p.state = PathHealth::Healthy;
                     p.healthy_since = t;
                     out.push(Transition {
                         dev: s.dev,
@@ -490,7 +498,7 @@ impl Model {
                         ),
                     });
                 }
-                if p.state == State::Healthy
+                if p.state == PathHealth::Healthy
                     && p.episodes > 0
                     && t - p.healthy_since >= 4.0 * cfg.recovery_secs
                 {
@@ -514,7 +522,7 @@ impl Model {
             }
             let hold = cfg.recovery_secs * f64::from(1u32 << p.episodes.min(MAX_DOUBLINGS));
             p.episodes += 1;
-            p.state = State::Marginal {
+            p.state = PathHealth::Marginal {
                 since: t,
                 back_at: t + hold,
             };
@@ -556,7 +564,7 @@ struct Verdict {
 /// Whether a path in service was bad in this window, and why; `None`
 /// when the window says nothing.
 fn judge(
-    cfg: &Config,
+    cfg: &MarginalConfig,
     s: &Sample,
     all: &[Sample],
     secs: f64,
@@ -664,7 +672,7 @@ mod tests {
     }
 
     fn run(
-        m: &mut Model,
+        m: &mut HealthModel,
         t0: f64,
         secs: usize,
         p: &[(f64, u64)],
@@ -694,7 +702,7 @@ mod tests {
 
     /// `run` under the routing named `setting` ("selector detail").
     fn run_in(
-        m: &mut Model,
+        m: &mut HealthModel,
         setting: &str,
         t0: f64,
         secs: usize,
@@ -729,7 +737,7 @@ mod tests {
             v
         };
         let r = routing("st");
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         for t in 0..30 {
             assert!(m.step(t as f64, 1.0, &r, &quarter(&EVEN, 0.25)).is_empty());
         }
@@ -741,14 +749,14 @@ mod tests {
         // stay attached from there) but not marginal on that alone.
         assert!(m.step(30.0, 1.0, &r, &quarter(&SICK, 0.25)).is_empty());
         assert!(m.suspects(), "the sick path not judged from its share");
-        assert_eq!(m.state(d(16)), State::Healthy);
+        assert_eq!(m.state(d(16)), PathHealth::Healthy);
         // In full observation from there, it is set aside as ever.
         let tr = run(&mut m, 31.0, 4, &SICK, &[]);
         assert_eq!(tr.len(), 1, "{tr:?}");
         assert_eq!((tr[0].1.dev, tr[0].1.to), (d(16), "marginal"));
         // Judged on 2 of 5 samples, a window teaches no usual ratio: a
         // healthy path with 3 samples leaves the learnt ones as they were.
-        let mut few = Model::new(Config::default());
+        let mut few = HealthModel::new(MarginalConfig::default());
         let mut thin = quarter(&EVEN, 0.25);
         for s in &mut thin {
             s.latency[0].1 = 3;
@@ -759,7 +767,7 @@ mod tests {
 
     #[test]
     fn a_path_twenty_times_slower_is_set_aside_and_serves_again_after_recovery() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run(&mut m, 0.0, 30, &EVEN, &[]).is_empty());
         let tr = run(&mut m, 30.0, 10, &SICK, &[]);
         assert_eq!(tr.len(), 1, "{tr:?}");
@@ -781,7 +789,7 @@ mod tests {
 
     #[test]
     fn silent_windows_carry_a_bad_run_but_do_not_start_one() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // Bad twice, then the selector sends it too little to judge.
         let few = [(12.5, 320), (250.0, 2), (12.5, 320), (12.5, 320)];
@@ -790,7 +798,7 @@ mod tests {
         assert_eq!(tr.len(), 1, "{tr:?}");
         assert_eq!(tr[0].0, 12.0, "3 s from the start of the first bad window");
         // One bad window (noise) and then silence: nothing.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         assert!(run(&mut m, 10.0, 1, &SICK, &[]).is_empty());
         assert!(run(&mut m, 11.0, 10, &few, &[]).is_empty());
@@ -798,7 +806,7 @@ mod tests {
 
     #[test]
     fn unequal_paths_and_the_tuners_trials_are_not_sickness() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         // 4/8/16/32 MiB/s under queue-length (4 in flight each).
         let ql = [(62.5, 64), (31.2, 128), (15.6, 256), (7.8, 512)];
         assert!(run_in(&mut m, "ql", 0.0, 30, &ql, &[]).is_empty());
@@ -822,7 +830,7 @@ mod tests {
     fn a_path_slow_from_the_start_is_learnt_not_judged() {
         // Latency says nothing of a path until its usual is learnt: one
         // slow since the daemon first saw it is unequal, not sick.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run(&mut m, 0.0, 30, &SICK, &[]).is_empty());
         // A setting it has not seen yet is learnt first too.
         assert!(run_in(&mut m, "rr", 30.0, 5, &EVEN, &[]).is_empty());
@@ -832,7 +840,7 @@ mod tests {
 
     #[test]
     fn a_path_that_sickens_as_the_tuner_moves_weights_is_not_learnt_as_usual() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]).is_empty());
         // New weights, and path 1 slows at once: judged by the selector's
         // usual ratio while the new setting learns.
@@ -845,7 +853,7 @@ mod tests {
             tr[0].1.why
         );
         // A new setting that only shifts the split a little is learnt.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]);
         let shifted = [(12.5, 320), (50.0, 80), (12.5, 320), (12.5, 320)];
         assert!(run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 30, &shifted, &[]).is_empty());
@@ -858,7 +866,7 @@ mod tests {
         // weights from a misread capacity sent the writes to two paths,
         // busy at their cap beside two idling at 1 ms, and the busy ones
         // were set aside as marginal.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [1, 1, 1, 1] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
         assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
@@ -873,7 +881,7 @@ mod tests {
         assert_eq!(tr[0].1.dev, d(48));
         // While the trial learns, a path that gets less of the I/O is
         // judged by the equal weights' usual: one that sickens is seen.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run_in(&mut m, st, 0.0, 30, &level, &[]);
         let idle_sick = [(100.0, 10), (1.0, 10), (12.5, 100), (12.5, 100)];
         let tr = run_in(&mut m, trial, 30.0, 6, &idle_sick, &[]);
@@ -888,7 +896,7 @@ mod tests {
         // under random 64 KiB reads the 40 MiB/s path idles beside its
         // peers; under sequential 1 MiB reads it runs full, 6.5x their
         // service time, with nothing wrong with it.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let random = [(0.5, 100), (0.5, 200), (0.3, 400), (0.5, 800)];
         assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &random, &[]).is_empty());
         let full = [(0.4, 100), (0.4, 200), (2.6, 400), (0.4, 800)];
@@ -917,7 +925,7 @@ mod tests {
         // tried max_sectors_kb 1280 -> 256, and the 80 MiB/s path, 0.2x
         // its idle peers' service time while it took whole 1 MiB requests,
         // served the pieces at 3.7x and was set aside as marginal.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let weighted = "st [12, 25, 50, 100] 4/read-large-sequential";
         let whole = [(4.0, 10), (4.0, 10), (4.0, 10), (0.8, 60)];
         assert!(run_in(&mut m, weighted, 0.0, 30, &whole, &[]).is_empty());
@@ -939,7 +947,7 @@ mod tests {
         // writes at QD32, service-time): level at queue depth 128, then at
         // queue depth 1 two paths ran at their cap (12.5 ms a request)
         // while two idled at 1 ms, and the busy ones were set aside.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
         assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
@@ -956,7 +964,7 @@ mod tests {
 
     #[test]
     fn a_toggling_path_does_not_flap_the_map() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 20, &EVEN, &[]);
         // Slow and fast every 5 s for 120 s.
         let mut marginal = vec![];
@@ -989,7 +997,7 @@ mod tests {
 
     #[test]
     fn errors_make_a_path_marginal_and_the_last_path_is_never_set_aside() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let mut s = w(&[(12.5, 100), (12.5, 100)], &[]);
         s[0].errors = 2; // 2 of 102: 2%
         let mut marg = vec![];
@@ -1013,7 +1021,7 @@ mod tests {
 
     #[test]
     fn a_path_is_suspect_from_its_first_error_until_its_error_span_is_clean() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         assert!(!m.suspects(), "healthy paths and no errors");
         let mut s = w(&EVEN, &[]);
@@ -1031,7 +1039,7 @@ mod tests {
 
     #[test]
     fn a_path_failing_some_commands_as_dm_and_the_checker_flap_it_is_set_aside() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // 1 command in 100 fails; dm fails the path at each error and the
         // checker reinstates it: out of service every other window.
@@ -1058,7 +1066,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_errors_as_a_path_dies_is_the_checkers_business() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // Its in-flight commands fail at once, then dm and the checker
         // find it down; it comes back clean.
@@ -1086,7 +1094,7 @@ mod tests {
 
     #[test]
     fn too_few_samples_say_nothing_and_unmark_ends_it_by_hand() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN[..3], &[]);
         let mut s = w(&SICK[..3], &[]);
         s[1].latency[0].1 = 3;
@@ -1102,9 +1110,9 @@ mod tests {
         assert!(m.marginal().is_empty());
         assert!(!m.unmark(d(16), 30.0));
         // Disabled: nothing is judged.
-        let mut off = Model::new(Config {
+        let mut off = HealthModel::new(MarginalConfig {
             enabled: false,
-            ..Config::default()
+            ..MarginalConfig::default()
         });
         for i in 0..20 {
             assert!(off.step(i as f64, 1.0, &routing("st"), &s).is_empty());

@@ -62,7 +62,7 @@ impl std::str::FromStr for Mode {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct Config {
+pub struct TunerConfig {
     /// Windows measured before a decision, for the baseline and each trial.
     pub windows: usize,
     /// Windows skipped after a change, while queues drain and refill.
@@ -81,9 +81,9 @@ pub struct Config {
     pub retry_after_s: f64,
 }
 
-impl Default for Config {
+impl Default for TunerConfig {
     fn default() -> Self {
-        Config {
+        TunerConfig {
             windows: 3,
             settle_windows: 1,
             min_gain: 0.05,
@@ -256,7 +256,7 @@ enum Phase {
 pub struct Tuner {
     map: String,
     mode: Mode,
-    cfg: Config,
+    cfg: TunerConfig,
     current: Settings,
     /// The settings the map started with: "back to default" candidates.
     initial: Settings,
@@ -303,7 +303,7 @@ impl Tuner {
     pub fn new(
         map: &str,
         mode: Mode,
-        cfg: Config,
+        cfg: TunerConfig,
         current: Settings,
         available_selectors: Vec<Selector>,
     ) -> Self {
@@ -347,11 +347,11 @@ impl Tuner {
     }
 
     /// New tuning parameters (SIGHUP): they apply from the next window.
-    pub fn set_config(&mut self, cfg: Config) {
+    pub fn set_config(&mut self, cfg: TunerConfig) {
         self.cfg = cfg;
     }
 
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &TunerConfig {
         &self.cfg
     }
 

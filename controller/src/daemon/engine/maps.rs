@@ -234,7 +234,7 @@ impl Engine {
             totals: Default::default(),
             cgroups: vec![],
             class: None,
-            health: marginal::Model::new(self.cfg.marginal.clone()),
+            health: marginal::HealthModel::new(self.cfg.marginal.clone()),
             set_aside: vec![],
             alua_seen: Default::default(),
             look: Look::new(Instant::now(), self.uevents.is_some()),

@@ -17,7 +17,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         mpsc::{self, Receiver, RecvTimeoutError},
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
@@ -26,18 +26,19 @@ use super::{
     actuator::{self, Target},
     checker::{Checkers, Verdict},
     shared::{Shared, ToEngine},
-    state::State,
+    state::SavedState,
 };
 use crate::{
     blockdev::DevNum,
+    clock::unix_now,
     config::Config,
     ctl::status::{
-        DaemonStatus, LOG_KEEP, LoggedDecision, MapState, PathState, Rates, SizeLatency, Totals,
+        DaemonStatus, LOG_KEEP, LoggedDecision, MapReport, PathReport, Rates, SizeLatency, Totals,
     },
     discovery::{alua::AccessState, uevent::UeventMonitor},
     dm::{self, Dm, Message, multipathd},
     lock::{Locks, MapLock},
-    mpath::{MultipathStatus, MultipathTable, PathState as DmPathState, Selector, grouping},
+    mpath::{MultipathStatus, MultipathTable, PathState, Selector, grouping},
     observer::{Access, Bios, DeviceInterval, Observer, Scope, Snapshot},
     policy::{
         marginal,
@@ -68,13 +69,6 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// Who the daemon is, in lock files.
 const WHO: &str = "pathpilot daemon";
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// Daemon log line (stderr: the journal under systemd).
 macro_rules! say {
@@ -155,7 +149,7 @@ struct MapEntry {
     cgroups: Vec<(u64, u64)>,
     class: Option<String>,
     /// Its paths' health (marginal or not), from their figures.
-    health: marginal::Model,
+    health: marginal::HealthModel,
     /// The marginal paths the daemon set aside in the map's last group.
     set_aside: Vec<DevNum>,
     /// Its groups and its paths' ALUA states when they last matched: the
@@ -227,7 +221,7 @@ pub struct Engine {
     checkers: Checkers,
     maps: Vec<MapEntry>,
     state_path: PathBuf,
-    state: State,
+    state: SavedState,
     locks: Locks,
     shared: Shared,
     prev: Snapshot,
@@ -316,7 +310,7 @@ fn note_status(m: &mut MapEntry, st: &MultipathStatus, now: Instant) -> bool {
     let mut changed = false;
     for p in &mut m.paths {
         if let Some(ps) = st.path(p.dev) {
-            let failed = ps.state == DmPathState::Failed;
+            let failed = ps.state == PathState::Failed;
             if failed && !p.dm_failed {
                 p.failed_at = Some(now);
             }
@@ -344,7 +338,7 @@ impl Engine {
     pub fn start(
         cfg: Config,
         config_path: String,
-        state: State,
+        state: SavedState,
         shared: Shared,
         stop: Arc<AtomicBool>,
         reload_config: Arc<AtomicBool>,
@@ -1247,7 +1241,7 @@ impl Engine {
                 } else {
                     "ok"
                 };
-                MapState {
+                MapReport {
                     name: m.name.clone(),
                     wwid: m.wwid.clone(),
                     dm_name: m.kernel_name.clone(),
@@ -1293,7 +1287,7 @@ impl Engine {
                         .map(|p| {
                             let (rates, share) =
                                 m.path_rates.get(&p.dev).cloned().unwrap_or_default();
-                            PathState {
+                            PathReport {
                                 name: p.name.clone(),
                                 dev: p.dev.to_string(),
                                 hctl: p.hctl.clone(),
