@@ -14,6 +14,10 @@ use crate::{
 
 pub const DEFAULT_PATH: &str = "/etc/pathpilot/config.toml";
 
+/// The metrics endpoint's default address (loopback: metrics reveal the
+/// storage layout).
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9777";
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -120,7 +124,7 @@ impl Default for Config {
             window_secs: 5.0,
             socket: "/run/pathpilot/control.sock".into(),
             read_group: None,
-            metrics: "127.0.0.1:9777".into(),
+            metrics: DEFAULT_METRICS.into(),
             bio_probe: false,
             observe_duty: 0.25,
             maps: MapsConfig::default(),

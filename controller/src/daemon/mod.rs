@@ -4,8 +4,6 @@ pub mod actuator;
 pub mod checker;
 pub mod engine;
 pub mod metrics;
-#[cfg(test)]
-mod metrics_docs;
 pub mod run;
 pub mod shared;
 pub mod socket;
