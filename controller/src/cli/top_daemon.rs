@@ -18,6 +18,7 @@ use crate::ctl::{
     protocol::ControlRequest,
     status::{MapReport, PathReport},
 };
+use crate::observer::interval::cgroup_shares;
 
 /// Sparkline samples kept per path.
 const HISTORY: usize = 120;
@@ -118,7 +119,7 @@ impl DaemonSource {
             paths,
             size_hist,
             lat_hist,
-            cgroups: cgroup_shares(&m.cgroups),
+            cgroups: cgroup_views(&m.cgroups),
         }
     }
 
@@ -186,19 +187,13 @@ fn hist_delta(cur: &[(u64, u64)], prev: &[(u64, u64)]) -> Hist {
         .collect()
 }
 
-/// Each cgroup's share of the map's bytes, largest first.
-fn cgroup_shares(bytes: &[(u64, u64)]) -> Vec<(String, f64)> {
-    let total: u64 = bytes.iter().map(|(_, b)| *b).sum();
-    if total == 0 {
-        return vec![];
-    }
-    let mut v: Vec<(String, f64)> = bytes
-        .iter()
-        .filter(|(_, b)| *b > 0)
-        .map(|(cg, b)| (format!("cgroup {cg}"), *b as f64 / total as f64 * 100.0))
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v
+/// Each cgroup's share of the bytes submitted to a map, as the dashboard
+/// names them, largest first.
+pub(super) fn cgroup_views(bytes: &[(u64, u64)]) -> Vec<(String, f64)> {
+    cgroup_shares(bytes)
+        .into_iter()
+        .map(|(id, pct)| (format!("cgroup {id}"), pct))
+        .collect()
 }
 
 fn decision_view(d: &LogEntry) -> DecisionView {
