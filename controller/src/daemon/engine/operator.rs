@@ -125,12 +125,7 @@ impl Engine {
             reason,
             outcome: Outcome::Operator,
         };
-        Self::log_decision(
-            &mut self.decisions,
-            &mut self.decision_counts,
-            &mut self.next_seq,
-            d,
-        );
+        self.log.log(d);
     }
 
     fn pause(&mut self, map: &str, paused: bool, t: f64) -> Response {
