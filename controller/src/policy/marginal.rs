@@ -1,50 +1,36 @@
-//! Marginal paths: a path that is not dead but sick (it answers many
-//! times slower than its peers, or fails some of its commands) is judged
-//! from the I/O the observer already sees, with no probe traffic, and set
-//! aside in a last path group (multipath-tools' `marginal_pathgroups`)
-//! until a recovery time has passed; then it serves again on probation.
+//! Marginal paths: a path that is not dead but sick (many times slower
+//! than its peers, or failing some of its commands) is judged from the I/O
+//! the observer already sees, with no probe traffic, and set aside in a
+//! last path group (multipath-tools' `marginal_pathgroups`) until a
+//! recovery time has passed; then it serves again on probation.
 //!
-//! Slow is relative, and measured so that the selector does not matter:
-//! a path's *service time* in its busiest request-size class is its
-//! median latency divided by the requests it held in flight on average
-//! (Little's law, at least one): a busy path's is the time it takes per
-//! request, which round-robin's queueing on a slow path does not inflate;
-//! an idle path's is its latency. It is divided by the median of its
-//! peers' in the same class (a slower array slows every path alike), and
-//! that ratio by the path's usual one (paths of unequal speed are normal:
-//! the tuner's business). The usual ratio is learnt per routing setting
-//! (selector, weights, active paths, request size limit, path queue
-//! depth), workload class and size class (how loaded each path runs
-//! depends on all of them), from the first
-//! `LEARN_WINDOWS` windows under it and then from healthy windows: an
-//! idle path's latency is not a busy path's time per request, so the
-//! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
-//! (it gets little) and 30x under round-robin (it queues), and a trial of
-//! the tuner is no sickness. A setting not learnt yet is judged against
-//! the most lenient usual ratio learnt under the same selector, workload,
-//! request size limit and queue depth where the path carried at least as
-//! large a share of the completions (the tuner moves weights and active
-//! paths often, and a path that sickens just then must not be learnt as
-//! usual; one given more of the I/O runs busier beside idler peers); with
-//! none (a new workload: the ratios of another say nothing
-//! of this one, as a 40 MiB/s path runs full under sequential 1 MiB reads
-//! where it idled under random 64 KiB ones; or a new request size limit or
-//! queue depth, which cut the same I/O into other requests or hold it
-//! elsewhere), latency judges nothing until learnt.
-//! A path is *bad* in a window when that is at least `latency_ratio`;
-//! *marginal* when bad for `sample_secs` on end.
-//! Errors are a rate over the last `ERROR_SPAN_SECS`, from the first
-//! window with an error: a path that failed at least `error_rate_pct` of
-//! its commands since, in more than one window (a
-//! burst at one moment is a failure, the checker's business), is
-//! marginal at once. They count while the checker finds the path up,
-//! whether or not dm has failed it: dm fails a path at each error and the
-//! checker reinstates it, which is what a sick path looks like (in the
-//! testbed, a path failing 1% of its commands errs every 2-4 s, failed
-//! by dm in between).
-//! A window without enough samples says nothing.
-//! Each episode doubles the next recovery time (up to 8x), so a path that
-//! toggles does not flap the map; a long healthy spell forgets them.
+//! Slow is relative, and measured so that the selector does not matter: a
+//! path's *service time* in its busiest request-size class (its median
+//! latency over the requests it held in flight on average, Little's law,
+//! at least one) is divided by the median of its peers' (a slower array
+//! slows every path alike), and that ratio by the path's usual one (paths
+//! of unequal speed are normal: the tuner's business). How loaded a path
+//! runs depends on the routing (selector, weights, active paths, request
+//! size limit, path queue depth), the workload and the size class, so the
+//! usual ratio is learnt per each of them, from the first `LEARN_WINDOWS`
+//! windows and then from healthy ones: a tuner's trial is no sickness. A
+//! routing not learnt yet is judged against the most lenient ratio learnt
+//! under the same selector, workload, size limit and queue depth where the
+//! path carried as large a share of the completions; with none, latency
+//! judges nothing until learnt. A path is *bad* in a window when its ratio
+//! reaches `latency_ratio` times its usual one, *marginal* when bad for
+//! `sample_secs` on end.
+//!
+//! Errors are a rate over the last `ERROR_SPAN_SECS`: a path that failed
+//! `error_rate_pct` of its commands, in more than one window (a burst at
+//! one moment is a failure, the checker's business), is marginal at once.
+//! They count while the checker finds the path up, whether or not dm has
+//! failed it: dm fails a path at each error and the checker reinstates it,
+//! which is what a sick path looks like.
+//!
+//! A window without enough samples says nothing. Each episode doubles the
+//! next recovery time (up to 8x), so a path that toggles does not flap the
+//! map; a long healthy spell forgets them.
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
@@ -109,7 +95,8 @@ pub struct Routing {
     /// The map's request size limit and its paths' queue
     /// depth: how the workload's I/O is cut into requests and how many of
     /// them each path holds at once (at queue depth 1, paths at their cap
-    /// run at 12x the service time of idle peers that were level at 128).
+    /// run many times the service time of idle peers that were level at a
+    /// deep queue).
     pub max_sectors_kb: u32,
     pub queue_depth: u32,
 }
@@ -301,9 +288,20 @@ fn service_us(median_us: f64, n: u64, secs: f64) -> f64 {
     median_us / in_flight.max(1.0)
 }
 
-/// A path's service-time ratio to its peers in its busiest size class:
-/// (ratio, class, its service time, the peers' median).
-fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'static str, f64, f64)> {
+/// A path's standing against its peers in its busiest size class.
+struct Standing {
+    /// Its service time over the peers' median.
+    ratio: f64,
+    class: &'static str,
+    /// Its samples of that class.
+    samples: u64,
+    /// Its service time and the peers' median, µs.
+    mine: f64,
+    peers: f64,
+}
+
+/// A path's service-time ratio to its peers in its busiest size class.
+fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<Standing> {
     let (class, n, lat) = s
         .latency
         .iter()
@@ -330,7 +328,13 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
     } else {
         peers[mid]
     };
-    (median > 0.0).then(|| (mine / median, *class, mine, median))
+    (median > 0.0).then(|| Standing {
+        ratio: mine / median,
+        class,
+        samples: *n,
+        mine,
+        peers: median,
+    })
 }
 
 impl HealthModel {
@@ -575,7 +579,13 @@ fn judge(
     if !s.in_service {
         return None;
     }
-    let (r, class, mine, peers) = ratio(s, all, cfg.min_samples, secs)?;
+    let Standing {
+        ratio: r,
+        class,
+        samples,
+        mine,
+        peers,
+    } = ratio(s, all, cfg.min_samples, secs)?;
     let key = (routing.clone(), class);
     let figures = || {
         format!(
@@ -597,10 +607,10 @@ fn judge(
     // the most lenient one learnt under the same selector, workload,
     // request size limit and queue depth where the path carried as large a
     // share of the I/O: one that gets more of it now runs busier beside
-    // peers that idle more, which is the new routing, not sickness (seen
-    // in a merge bench: weights from a misread capacity sent equal paths'
-    // writes to two of them, set aside at 10x their idle peers), while a
-    // sick path gets less.
+    // peers that idle more, which is the new routing, not sickness (weights
+    // from a misread capacity can send equal paths' writes to two of them,
+    // many times slower than their idle peers), while a sick path gets
+    // less.
     let (usual, own) = match usual.get(&key).and_then(learnt) {
         Some(u) => (Some(u), true),
         None => (
@@ -631,10 +641,7 @@ fn judge(
         None => format!("{} (learning)", figures()),
     };
     // Fewer samples than `min` judge a sampled window, but teach nothing.
-    let enough = s
-        .latency
-        .iter()
-        .any(|(c, n, _)| *c == class && *n >= cfg.min_samples);
+    let enough = samples >= cfg.min_samples;
     Some(Verdict {
         bad,
         why,
@@ -861,11 +868,10 @@ mod tests {
 
     #[test]
     fn paths_given_more_of_the_io_by_new_weights_are_learnt_not_judged() {
-        // Seen in a merge bench (4 paths of 100 IOPS, 4 KiB sequential
-        // writes, service-time): level under equal weights, then a trial of
-        // weights from a misread capacity sent the writes to two paths,
-        // busy at their cap beside two idling at 1 ms, and the busy ones
-        // were set aside as marginal.
+        // 4 paths of 100 IOPS, 4 KiB sequential writes, service-time: level
+        // under equal weights, then a trial of weights from a misread
+        // capacity sends the writes to two paths, busy at their cap beside
+        // two idling at 1 ms. The busy ones are not sick.
         let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [1, 1, 1, 1] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
@@ -892,10 +898,10 @@ mod tests {
 
     #[test]
     fn a_new_workload_is_learnt_not_judged_by_another_workloads_usual() {
-        // Seen in the demo (4 paths capped 10/20/40/80 MiB/s, service-time):
-        // under random 64 KiB reads the 40 MiB/s path idles beside its
-        // peers; under sequential 1 MiB reads it runs full, 6.5x their
-        // service time, with nothing wrong with it.
+        // 4 paths capped 10/20/40/80 MiB/s, service-time: under random
+        // 64 KiB reads the 40 MiB/s path idles beside its peers; under
+        // sequential 1 MiB reads it runs full, 6.5x their service time,
+        // with nothing wrong with it.
         let mut m = HealthModel::new(MarginalConfig::default());
         let random = [(0.5, 100), (0.5, 200), (0.3, 400), (0.5, 800)];
         assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &random, &[]).is_empty());
@@ -920,11 +926,11 @@ mod tests {
 
     #[test]
     fn a_new_request_size_limit_is_learnt_not_judged_by_the_old_ones_usual() {
-        // Seen in a full switch bench (4 paths capped 10/20/40/80 MiB/s,
-        // one 1 MiB reader, service-time weighted by capacity): the tuner
-        // tried max_sectors_kb 1280 -> 256, and the 80 MiB/s path, 0.2x
-        // its idle peers' service time while it took whole 1 MiB requests,
-        // served the pieces at 3.7x and was set aside as marginal.
+        // 4 paths capped 10/20/40/80 MiB/s, one 1 MiB reader, service-time
+        // weighted by capacity: the tuner tries max_sectors_kb 1280 -> 256,
+        // and the 80 MiB/s path, 0.2x its idle peers' service time while it
+        // takes whole 1 MiB requests, serves the pieces at 3.7x. It is not
+        // sick.
         let mut m = HealthModel::new(MarginalConfig::default());
         let weighted = "st [12, 25, 50, 100] 4/read-large-sequential";
         let whole = [(4.0, 10), (4.0, 10), (4.0, 10), (0.8, 60)];
@@ -943,10 +949,10 @@ mod tests {
 
     #[test]
     fn a_new_queue_depth_is_learnt_not_judged_by_the_old_ones_usual() {
-        // Seen in a full merge bench (4 paths of 100 IOPS, 4 KiB sequential
-        // writes at QD32, service-time): level at queue depth 128, then at
-        // queue depth 1 two paths ran at their cap (12.5 ms a request)
-        // while two idled at 1 ms, and the busy ones were set aside.
+        // 4 paths of 100 IOPS, 4 KiB sequential writes at QD32,
+        // service-time: level at queue depth 128, then at queue depth 1 two
+        // paths run at their cap (12.5 ms a request) while two idle at
+        // 1 ms. The busy ones are not sick.
         let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
