@@ -156,8 +156,8 @@ pub struct DaemonStatus {
     pub maps: Vec<MapReport>,
     /// The last decisions (newest last), at most `LOG_KEEP`. Shared with
     /// the engine's own log: a status is built as often as every window
-    /// and event, and copying up to `LOG_KEEP` decisions each time cost
-    /// more than the rest of the status once the log was full.
+    /// and event, and copying up to `LOG_KEEP` decisions each time would
+    /// cost more than the rest of the status once the log is full.
     pub decisions: Arc<Vec<LoggedDecision>>,
     /// Tuner decisions counted since start, by outcome (for metrics).
     pub decision_counts: Vec<(String, u64)>,

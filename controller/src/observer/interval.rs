@@ -159,8 +159,7 @@ impl DeviceInterval {
         let p = prev.devices.get(&dev).map_or(&zero, |c| &**c);
         if c.stats == p.stats {
             // Nothing counted (most paths of an idle host): every figure is
-            // zero, with no histogram to take apart (at 64 idle paths in
-            // the emulated guest, a visible share of a window's work).
+            // zero, with no histogram to take apart.
             let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
             return Self {
                 device: name.to_string(),

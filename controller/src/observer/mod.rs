@@ -148,8 +148,8 @@ pub struct Observer {
     /// it. A device idle then whose shared state has not moved since did
     /// no I/O in between (every request in flight moves `inflight`, every
     /// completion `last_complete_ns`): its counters are taken from here,
-    /// with no map or sysfs read (at 64 mostly idle paths, those reads
-    /// were most of a window's work).
+    /// with no map or sysfs read (on mostly idle paths, those reads would
+    /// be most of a window's work).
     last: StdHashMap<u32, Last>,
     /// Each watched device's sysfs `stat` (its busy time) and `inflight`
     /// (the kernel's own count, read while the probes count some in

@@ -151,7 +151,7 @@ impl Observer {
     /// Time-sampled observation: the programs attached (`attached`) or
     /// detached, the caller alternating the two. A program that is not
     /// attached costs an I/O nothing, not even the tracepoint's call into
-    /// it, which in an emulated guest was most of the observer's cost.
+    /// it, which in an emulated guest is most of the observer's cost.
     /// While sampling, what the kernel counts itself stays exact (I/Os and
     /// bytes by direction, from its `stat`, read for every watched device
     /// at each snapshot; in flight; busy time), as do merges and splits

@@ -46,8 +46,8 @@ impl DeviceCounters {
 /// completed since `base` (a device's sysfs `stat` when it was watched),
 /// and returns by how many requests. The kernel's count is exact; the
 /// probes miss a completion the tracepoint does not report, which happens
-/// (a queue depth's worth at once now and then on 6.18 loop devices, with
-/// no recursion miss on the program). Only a floor: where the probes count
+/// (a queue depth's worth at once now and then, with no recursion miss on
+/// the program). Only a floor: where the probes count
 /// more (a path's flush clones, which the kernel does not count on the
 /// path; passthrough commands, which it never counts), theirs stands.
 ///
@@ -89,8 +89,8 @@ pub fn floor_to_kernel(stats: &mut DevStats, now: &KernelCounts, base: &KernelCo
 pub struct Snapshot {
     pub taken: Instant,
     /// Shared with the observer's memory of the last read: a device's
-    /// counters are kilobytes, and copying them (and moving them about a
-    /// map's nodes) was a visible share of a snapshot at 80 devices.
+    /// counters are kilobytes, too many to copy (and move about a map's
+    /// nodes) for every device at every snapshot.
     pub devices: BTreeMap<DevNum, Arc<DeviceCounters>>,
     /// (device, cgroup id) -> bios and bytes submitted; none unless bios
     /// are [`Bios::Probed`].
@@ -319,8 +319,7 @@ impl Observer {
         // kernel's figures of them all: whatever the probes count after
         // these reads moves them, and the next snapshot reads them again.
         let mut read = Vec::with_capacity(watched.len());
-        // A reading is kilobytes: grown a push at a time, it was copied
-        // over and over.
+        // A reading is kilobytes: sized once, not copied as it grows.
         let mut reading = Vec::with_capacity(watched.len());
         for (slot, k) in watched {
             let dev = DevNum::from_kernel(k);

@@ -515,9 +515,9 @@ impl Engine {
     /// Map `mi`'s event counter and whether it is suspended: from the one
     /// list of every map (`events`) and its sysfs `dm/suspended`, through
     /// a kept file. An info ioctl per map instead copies the crate's 16 KiB
-    /// buffer each way; at 16 maps those were most of the idle daemon's
-    /// time in the kernel. A kernel whose list carries no event counters,
-    /// or a map whose attribute does not read, is asked by info.
+    /// buffer each way, which grows with the maps into most of an idle
+    /// daemon's time in the kernel. A kernel whose list carries no event
+    /// counters, or a map whose attribute does not read, is asked by info.
     fn event_and_suspended(
         &mut self,
         mi: usize,
