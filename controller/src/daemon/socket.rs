@@ -470,17 +470,11 @@ mod tests {
         let (shared, rx) = Shared::new(example_status());
         std::thread::spawn(move || engine(rx));
         let (ready_tx, ready) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = UnixListener::bind(&path).unwrap();
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-                ready_tx.send(()).unwrap();
-                serve(l, shared, policy).await
-            })
+        crate::daemon::serve_in_thread(move || async move {
+            let l = UnixListener::bind(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            ready_tx.send(()).unwrap();
+            serve(l, shared, policy).await
         });
         ready.recv().unwrap();
         d

@@ -110,6 +110,25 @@ pub struct Decision {
     pub outcome: Outcome,
 }
 
+impl Decision {
+    /// A decision that changes no knob (an operator's, an event's), with
+    /// no class and no figures.
+    pub fn note(t: f64, map: &str, reason: String, outcome: Outcome) -> Self {
+        Decision {
+            t,
+            map: map.into(),
+            class: None,
+            knob: None,
+            old: String::new(),
+            new: String::new(),
+            before_mib_s: None,
+            after_mib_s: None,
+            reason,
+            outcome,
+        }
+    }
+}
+
 /// What the tuner asks the daemon to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Action {

@@ -79,18 +79,7 @@ mod tests {
     use crate::tuner::Outcome;
 
     fn decision(outcome: Outcome) -> Decision {
-        Decision {
-            t: 0.0,
-            map: "mpatha".into(),
-            class: None,
-            knob: None,
-            old: String::new(),
-            new: String::new(),
-            before_mib_s: None,
-            after_mib_s: None,
-            reason: "test".into(),
-            outcome,
-        }
+        Decision::note(0.0, "mpatha", "test".into(), outcome)
     }
 
     #[test]

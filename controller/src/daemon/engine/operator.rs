@@ -113,18 +113,7 @@ impl Engine {
     }
 
     fn log_operator(&mut self, map: &str, reason: String) {
-        let d = Decision {
-            t: self.t(),
-            map: map.into(),
-            class: None,
-            knob: None,
-            old: String::new(),
-            new: String::new(),
-            before_mib_s: None,
-            after_mib_s: None,
-            reason,
-            outcome: Outcome::Operator,
-        };
+        let d = Decision::note(self.t(), map, reason, Outcome::Operator);
         self.log.log(d);
     }
 

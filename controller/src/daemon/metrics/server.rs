@@ -150,16 +150,10 @@ mod tests {
     fn http_serves_metrics_only() {
         let (shared, _rx) = Shared::new(example_status());
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-                tx.send(l.local_addr().unwrap()).unwrap();
-                serve_listener(l, shared).await
-            })
+        crate::daemon::serve_in_thread(move || async move {
+            let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            serve_listener(l, shared).await
         });
         let addr = rx.recv().unwrap();
         let get = |req: &[u8]| {
