@@ -475,6 +475,11 @@ impl Tuner {
         self.note(t, None, "", "", None, None, reason, outcome);
     }
 
+    /// [`Self::event`] with the throughput of the window it happened in.
+    fn event_in(&mut self, t: f64, w: &Window, reason: String, outcome: Outcome) {
+        self.note(t, None, "", "", Some(w.mib_s), None, reason, outcome);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn note(
         &mut self,
@@ -512,16 +517,7 @@ impl Tuner {
             if !matches!(self.phase, Phase::Paused(_)) {
                 // A trial under a failing path measures the failure, not
                 // the knob: drop it and leave the settings as they are.
-                self.note(
-                    t,
-                    None,
-                    "",
-                    "",
-                    Some(w.mib_s),
-                    None,
-                    format!("paused: {why}"),
-                    Outcome::Paused,
-                );
+                self.event_in(t, w, format!("paused: {why}"), Outcome::Paused);
                 self.drop_trial();
                 self.phase = Phase::Paused(why);
             }
@@ -529,16 +525,7 @@ impl Tuner {
         }
         if let Phase::Paused(why) = &self.phase {
             let reason = format!("resumed: {why} is over");
-            self.note(
-                t,
-                None,
-                "",
-                "",
-                Some(w.mib_s),
-                None,
-                reason,
-                Outcome::Resumed,
-            );
+            self.event_in(t, w, reason, Outcome::Resumed);
             self.phase = Phase::Baseline(vec![]);
         }
         // A change left in place by a pause was never judged: undo it

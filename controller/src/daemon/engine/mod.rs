@@ -33,7 +33,7 @@ use crate::{
     dm::{Dm, multipathd},
     lock::{Locks, MapLock},
     mpath::{MultipathTable, grouping},
-    observer::{Access, Bios, Observer, Sampling, Scope, Snapshot},
+    observer::{Access, Bios, Observer, Sampling, Scope},
     policy::{
         schedule::{Scan, ScanSchedule},
         sync,
@@ -58,6 +58,7 @@ use cpu::{CpuAccount, thread_cpu};
 use decisions::DecisionLog;
 use events::Wake;
 use map_entry::MapEntry;
+use window::LastWindow;
 
 pub use super::state::STATE_FILE;
 
@@ -100,10 +101,7 @@ pub struct Engine {
     state: SavedState,
     locks: Locks,
     shared: Shared,
-    /// The last window's closing snapshot.
-    prev: Snapshot,
-    /// The share of the last window the probes were attached, %.
-    observed_pct: f64,
+    last: LastWindow,
     /// When the probes are attached while observation is time-sampled.
     sampling: Sampling,
     started: Started,
@@ -163,8 +161,7 @@ impl Engine {
             state,
             locks: Locks::system(),
             shared,
-            prev,
-            observed_pct: 100.0,
+            last: LastWindow::new(prev),
             sampling: Sampling::default(),
             started: Started::now(),
             log: DecisionLog::default(),

@@ -9,6 +9,7 @@ use super::{Engine, map_entry::MapEntry};
 use crate::{
     blockdev::DevNum,
     daemon::{actuator, checker::Checkers},
+    observer::Snapshot,
     tuner::{Action, Health, Knob, Settings, Window},
 };
 
@@ -16,6 +17,30 @@ use crate::{
 /// back: a reload's suspend would wait for it, and for ever on a path that
 /// has hung but is not failed yet.
 const STALLED_S: f64 = 1.0;
+
+/// The last window, as it closed.
+pub(super) struct LastWindow {
+    /// Its closing snapshot, the next window's start.
+    pub(super) snapshot: Snapshot,
+    /// The share of it the probes were attached, %.
+    pub(super) observed_pct: f64,
+}
+
+impl LastWindow {
+    /// Before any window: a first snapshot, fully observed.
+    pub(super) fn new(snapshot: Snapshot) -> Self {
+        LastWindow {
+            snapshot,
+            observed_pct: 100.0,
+        }
+    }
+
+    /// The window that ends with snapshot `cur` closes.
+    fn close(&mut self, cur: Snapshot) {
+        self.observed_pct = cur.observed.pct_since(&self.snapshot.observed);
+        self.snapshot = cur;
+    }
+}
 
 impl Engine {
     /// One measurement window: figures per map and path, changes made
@@ -26,7 +51,7 @@ impl Engine {
         })?;
         let t = self.t();
         for mi in 0..self.maps.len() {
-            let (pis, w) = self.maps[mi].measure(&self.prev, &cur);
+            let (pis, w) = self.maps[mi].measure(&self.last.snapshot, &cur);
             if self.maps[mi].tuner.is_none() {
                 continue;
             }
@@ -36,8 +61,7 @@ impl Engine {
             self.tune(mi, t, &w, &health);
             self.drain_tuner(mi);
         }
-        self.observed_pct = cur.observed.pct_since(&self.prev.observed);
-        self.prev = cur;
+        self.last.close(cur);
         Ok(())
     }
 
