@@ -10,3 +10,8 @@ pub struct UsageError(pub String);
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct NotFoundError(pub String);
+
+/// The daemon run by a user other than root.
+#[derive(Debug, thiserror::Error)]
+#[error("pathpilot daemon needs root (it loads eBPF programs and changes device-mapper maps)")]
+pub struct NotRoot;

@@ -1,6 +1,9 @@
 //! pathpilot: a controller for Linux dm-multipath.
 pub mod blockdev;
 pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod ctl;
 pub mod daemon;
 pub mod discovery;
 pub mod dm;
@@ -8,6 +11,7 @@ pub mod error;
 pub mod lock;
 pub mod mpath;
 pub mod observer;
+pub mod policy;
 pub mod sysfs_attr;
 pub mod sysfs_knobs;
 #[cfg(test)]

@@ -16,10 +16,12 @@ use std::{
     io::{Read, Seek, SeekFrom, Write},
     os::fd::AsRawFd,
     path::{Path, PathBuf},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use serde::{Deserialize, Serialize};
+
+use crate::clock::unix_now;
 
 /// The daemon's runtime directory.
 pub const RUN_DIR: &str = "/run/pathpilot";
@@ -41,12 +43,6 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> LockError + '_ {
         path: path.display().to_string(),
         err,
     }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// What a lock file says of its holder.

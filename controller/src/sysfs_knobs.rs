@@ -15,40 +15,40 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Knob {
+pub enum QueueKnob {
     NrRequests,
     Scheduler,
     MaxSectorsKb,
     QueueDepth,
 }
 
-impl Knob {
+impl QueueKnob {
     pub fn name(self) -> &'static str {
         match self {
-            Knob::NrRequests => "nr_requests",
-            Knob::Scheduler => "scheduler",
-            Knob::MaxSectorsKb => "max_sectors_kb",
-            Knob::QueueDepth => "queue_depth",
+            QueueKnob::NrRequests => "nr_requests",
+            QueueKnob::Scheduler => "scheduler",
+            QueueKnob::MaxSectorsKb => "max_sectors_kb",
+            QueueKnob::QueueDepth => "queue_depth",
         }
     }
 
     /// Whether the knob belongs to a path (SCSI device) rather than a map.
     pub fn per_path(self) -> bool {
-        self == Knob::QueueDepth
+        self == QueueKnob::QueueDepth
     }
 
     /// The attribute under `/sys/class/block/<dev>/`.
     pub fn attr(self) -> &'static str {
         match self {
-            Knob::NrRequests => "queue/nr_requests",
-            Knob::Scheduler => "queue/scheduler",
-            Knob::MaxSectorsKb => "queue/max_sectors_kb",
-            Knob::QueueDepth => "device/queue_depth",
+            QueueKnob::NrRequests => "queue/nr_requests",
+            QueueKnob::Scheduler => "queue/scheduler",
+            QueueKnob::MaxSectorsKb => "queue/max_sectors_kb",
+            QueueKnob::QueueDepth => "device/queue_depth",
         }
     }
 }
 
-impl fmt::Display for Knob {
+impl fmt::Display for QueueKnob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -57,7 +57,7 @@ impl fmt::Display for Knob {
 /// `knob=value` as the user writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setting {
-    pub knob: Knob,
+    pub knob: QueueKnob,
     pub value: String,
 }
 
@@ -68,10 +68,10 @@ impl FromStr for Setting {
             .split_once('=')
             .ok_or_else(|| format!("'{s}': expected KNOB=VALUE"))?;
         let knob = match k {
-            "nr_requests" => Knob::NrRequests,
-            "scheduler" => Knob::Scheduler,
-            "max_sectors_kb" => Knob::MaxSectorsKb,
-            "queue_depth" => Knob::QueueDepth,
+            "nr_requests" => QueueKnob::NrRequests,
+            "scheduler" => QueueKnob::Scheduler,
+            "max_sectors_kb" => QueueKnob::MaxSectorsKb,
+            "queue_depth" => QueueKnob::QueueDepth,
             _ => {
                 return Err(format!(
                     "unknown knob '{k}' (nr_requests, scheduler, max_sectors_kb, queue_depth)"
@@ -79,7 +79,7 @@ impl FromStr for Setting {
             }
         };
         let ok = match knob {
-            Knob::Scheduler => {
+            QueueKnob::Scheduler => {
                 !v.is_empty()
                     && v.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -88,7 +88,7 @@ impl FromStr for Setting {
         };
         if !ok {
             return Err(match knob {
-                Knob::Scheduler => format!("'{v}' is not a scheduler name"),
+                QueueKnob::Scheduler => format!("'{v}' is not a scheduler name"),
                 _ => format!("{k} must be a positive integer, not '{v}'"),
             });
         }
@@ -118,7 +118,7 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     pub device: String,
-    pub knob: Knob,
+    pub knob: QueueKnob,
     pub before: String,
     pub requested: String,
     pub after: String,
@@ -153,7 +153,7 @@ pub enum KnobError {
     #[error("{device} has no {knob} ({path} is missing)")]
     Missing {
         device: String,
-        knob: Knob,
+        knob: QueueKnob,
         path: PathBuf,
     },
     #[error("{device}: scheduler '{requested}' is not available (available: {available})")]
@@ -165,20 +165,20 @@ pub enum KnobError {
     #[error("the kernel refused {knob}={value} on {device}: {err}")]
     Refused {
         device: String,
-        knob: Knob,
+        knob: QueueKnob,
         value: String,
         err: std::io::Error,
     },
 }
 
 /// The current value, as the knob means it (the scheduler in brackets).
-pub fn read(device: &str, knob: Knob) -> Result<String, KnobError> {
+pub fn read(device: &str, knob: QueueKnob) -> Result<String, KnobError> {
     let path = attr_path(device, knob);
     let raw = fs::read_to_string(&path).map_err(|_| missing(device, knob, path))?;
     Ok(value_of(knob, &raw))
 }
 
-fn missing(device: &str, knob: Knob, path: PathBuf) -> KnobError {
+fn missing(device: &str, knob: QueueKnob, path: PathBuf) -> KnobError {
     KnobError::Missing {
         device: device.into(),
         knob,
@@ -186,9 +186,9 @@ fn missing(device: &str, knob: Knob, path: PathBuf) -> KnobError {
     }
 }
 
-fn value_of(knob: Knob, raw: &str) -> String {
+fn value_of(knob: QueueKnob, raw: &str) -> String {
     match knob {
-        Knob::Scheduler => selected_scheduler(raw).unwrap_or_else(|| raw.trim().to_string()),
+        QueueKnob::Scheduler => selected_scheduler(raw).unwrap_or_else(|| raw.trim().to_string()),
         _ => raw.trim().to_string(),
     }
 }
@@ -197,12 +197,12 @@ fn value_of(knob: Knob, raw: &str) -> String {
 /// every managed map's knobs every few seconds for changes made outside it.
 #[derive(Default)]
 pub struct KnobFiles {
-    kept: KeptFiles<(String, Knob)>,
+    kept: KeptFiles<(String, QueueKnob)>,
 }
 
 impl KnobFiles {
     /// [`read`], through the kept file.
-    pub fn read(&mut self, device: &str, knob: Knob) -> Result<String, KnobError> {
+    pub fn read(&mut self, device: &str, knob: QueueKnob) -> Result<String, KnobError> {
         let path = || attr_path(device, knob);
         let raw = self
             .kept
@@ -227,7 +227,7 @@ impl KnobFiles {
     }
 }
 
-fn attr_path(device: &str, knob: Knob) -> PathBuf {
+fn attr_path(device: &str, knob: QueueKnob) -> PathBuf {
     Path::new("/sys/class/block").join(device).join(knob.attr())
 }
 
@@ -246,10 +246,10 @@ pub fn available_schedulers(s: &str) -> Vec<String> {
 }
 
 /// Writes `value` to `device`'s knob and reads it back.
-pub fn write(device: &str, knob: Knob, value: &str) -> Result<Applied, KnobError> {
+pub fn write(device: &str, knob: QueueKnob, value: &str) -> Result<Applied, KnobError> {
     let path = attr_path(device, knob);
     let before = read(device, knob)?;
-    if knob == Knob::Scheduler {
+    if knob == QueueKnob::Scheduler {
         let raw = fs::read_to_string(&path).unwrap_or_default();
         let avail = available_schedulers(&raw);
         if !avail.iter().any(|a| a == value) {
@@ -298,9 +298,9 @@ mod tests {
     #[test]
     fn settings_parse_and_refuse() {
         let s: Setting = "nr_requests=64".parse().unwrap();
-        assert_eq!((s.knob, s.value.as_str()), (Knob::NrRequests, "64"));
+        assert_eq!((s.knob, s.value.as_str()), (QueueKnob::NrRequests, "64"));
         let s: Setting = "scheduler=mq-deadline".parse().unwrap();
-        assert_eq!(s.knob, Knob::Scheduler);
+        assert_eq!(s.knob, QueueKnob::Scheduler);
         assert!(
             "queue_depth=0"
                 .parse::<Setting>()
@@ -334,12 +334,12 @@ mod tests {
     #[test]
     fn missing_devices_are_reported_as_missing() {
         assert!(matches!(
-            read("no-such-dev", Knob::NrRequests),
+            read("no-such-dev", QueueKnob::NrRequests),
             Err(KnobError::Missing { .. })
         ));
         let mut files = KnobFiles::default();
         assert!(matches!(
-            files.read("no-such-dev", Knob::NrRequests),
+            files.read("no-such-dev", QueueKnob::NrRequests),
             Err(KnobError::Missing { .. })
         ));
         assert!(files.is_empty());
@@ -352,20 +352,20 @@ mod tests {
         };
         let dev = lo.name();
         let mut files = KnobFiles::default();
-        let first = files.read(dev, Knob::MaxSectorsKb).unwrap();
-        assert_eq!(first, read(dev, Knob::MaxSectorsKb).unwrap());
+        let first = files.read(dev, QueueKnob::MaxSectorsKb).unwrap();
+        assert_eq!(first, read(dev, QueueKnob::MaxSectorsKb).unwrap());
         assert_eq!(files.len(), 1);
         // A change made by someone else shows through the kept file.
         let want = if first == "64" { "32" } else { "64" };
-        let w = write(dev, Knob::MaxSectorsKb, want).unwrap();
+        let w = write(dev, QueueKnob::MaxSectorsKb, want).unwrap();
         assert_eq!(w.outcome, Outcome::Applied, "{w:?}");
-        assert_eq!(files.read(dev, Knob::MaxSectorsKb).unwrap(), want);
+        assert_eq!(files.read(dev, QueueKnob::MaxSectorsKb).unwrap(), want);
         assert_eq!(files.len(), 1, "read again through the same file");
-        let sched = files.read(dev, Knob::Scheduler).unwrap();
-        assert_eq!(sched, read(dev, Knob::Scheduler).unwrap());
+        let sched = files.read(dev, QueueKnob::Scheduler).unwrap();
+        assert_eq!(sched, read(dev, QueueKnob::Scheduler).unwrap());
         assert!(!sched.contains('['), "{sched}");
-        write(dev, Knob::MaxSectorsKb, &first).unwrap();
-        assert_eq!(files.read(dev, Knob::MaxSectorsKb).unwrap(), first);
+        write(dev, QueueKnob::MaxSectorsKb, &first).unwrap();
+        assert_eq!(files.read(dev, QueueKnob::MaxSectorsKb).unwrap(), first);
         files.retain(|d| d != dev);
         assert!(files.is_empty());
     }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use pathpilot::daemon::config::Config;
+use pathpilot::config::Config;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pathpilot::daemon::protocol::{self, ErrorCode, MAX_LINE};
+use pathpilot::ctl::protocol::{self, ErrorCode, MAX_LINE};
 
 fn one(line: &str) {
     match protocol::parse(line) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::daemon::{client, protocol::ErrorCode};
+use crate::ctl::{client, protocol::ErrorCode};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::{CommandFactory, ValueEnum};
 use clap_complete::Shell;
 
-use crate::daemon::config::{self, KEYS};
+use crate::config::{self, KEYS};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum What {

@@ -7,9 +7,9 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::daemon::{
+use crate::ctl::{
     client::{self, DEFAULT_SOCKET, LogData, LogEntry},
-    protocol::Request,
+    protocol::ControlRequest,
 };
 
 #[derive(clap::Args, Debug)]
@@ -75,7 +75,7 @@ pub fn format_batch(decisions: &[serde_json::Value], json: bool) -> Result<Vec<S
 }
 
 fn fetch(args: &Args, since: Option<u64>) -> Result<LogData> {
-    let data = client::call(&args.socket, &Request::Log { since })?;
+    let data = client::call(&args.socket, &ControlRequest::Log { since })?;
     serde_json::from_value(data).context("the daemon's log reply is not understood")
 }
 
@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::metrics::example_status;
+    use crate::ctl::fixture::example_status;
 
     fn entries() -> Vec<serde_json::Value> {
         let s = example_status();
@@ -173,7 +173,7 @@ mod tests {
     fn no_daemon_exits_6_and_refusals_by_code() {
         use crate::{
             cli::{exit, exit_code},
-            daemon::{client::ClientError, protocol::ErrorCode},
+            ctl::{client::ClientError, protocol::ErrorCode},
         };
         let args = Args {
             follow: false,

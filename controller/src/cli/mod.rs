@@ -105,7 +105,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if let Some(r) = cause.downcast_ref::<ctl::Refused>() {
             return refusal_exit_code(r.code);
         }
-        if let Some(e) = cause.downcast_ref::<crate::daemon::client::ClientError>() {
+        if let Some(e) = cause.downcast_ref::<crate::ctl::client::ClientError>() {
             return client_exit_code(e);
         }
         if let Some(e) = cause.downcast_ref::<ResolveError>() {
@@ -114,10 +114,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 ResolveError::NotBlock(_) => exit::USAGE,
             };
         }
-        if cause
-            .downcast_ref::<crate::daemon::run::NotRoot>()
-            .is_some()
-        {
+        if cause.downcast_ref::<crate::error::NotRoot>().is_some() {
             return exit::NOT_ROOT;
         }
         if let Some(e) = cause.downcast_ref::<ObserveError>() {
@@ -161,8 +158,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 
 /// A daemon client's failure: its own (no daemon, socket permission) or
 /// the daemon's answer, by error code.
-fn client_exit_code(e: &crate::daemon::client::ClientError) -> u8 {
-    use crate::daemon::client::ClientError;
+fn client_exit_code(e: &crate::ctl::client::ClientError) -> u8 {
+    use crate::ctl::client::ClientError;
     match e {
         ClientError::NoDaemon { .. } => exit::NO_DAEMON,
         ClientError::PermissionDenied { .. } => exit::NOT_ROOT,
@@ -172,8 +169,8 @@ fn client_exit_code(e: &crate::daemon::client::ClientError) -> u8 {
 }
 
 /// The exit status for the daemon's refusal, by its error code.
-fn refusal_exit_code(code: crate::daemon::protocol::ErrorCode) -> u8 {
-    use crate::daemon::protocol::ErrorCode as C;
+fn refusal_exit_code(code: crate::ctl::protocol::ErrorCode) -> u8 {
+    use crate::ctl::protocol::ErrorCode as C;
     match code {
         C::BadRequest => exit::USAGE,
         C::Forbidden => exit::NOT_ROOT,

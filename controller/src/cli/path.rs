@@ -12,7 +12,7 @@ use crate::{
         reload::resolve_path,
         route::{self, Via},
     },
-    daemon::protocol::Request,
+    ctl::protocol::ControlRequest,
     dm::{Dm, Message},
     mpath::PathState,
 };
@@ -100,13 +100,13 @@ pub fn run(args: Args) -> Result<()> {
     // Through the daemon when it manages the map: it keeps the path
     // failed across reloads and restarts until reinstated the same way.
     let req = match args.action {
-        Action::Fail => Request::Fail {
+        Action::Fail => ControlRequest::Fail {
             path: dev.to_string(),
         },
-        Action::Reinstate => Request::Reinstate {
+        Action::Reinstate => ControlRequest::Reinstate {
             path: dev.to_string(),
         },
-        Action::Unmark => Request::Unmark {
+        Action::Unmark => ControlRequest::Unmark {
             path: dev.to_string(),
         },
     };
@@ -161,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Marginal states live in the daemon: without one there is nothing to end.
 fn unmark(args: &Args, map: &str, dev: DevNum) -> Result<()> {
-    let req = Request::Unmark {
+    let req = ControlRequest::Unmark {
         path: dev.to_string(),
     };
     let data = match route::change(map, "pathpilot path", &req)? {

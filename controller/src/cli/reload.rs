@@ -14,10 +14,9 @@ use crate::{
         UsageError,
         route::{self, Via},
     },
-    daemon::{
+    ctl::{
         client::ClientError,
-        policy::sync::{self, Hold},
-        protocol::{ErrorCode, Request},
+        protocol::{ControlRequest, ErrorCode},
     },
     discovery::PathDevice,
     dm::{
@@ -25,6 +24,7 @@ use crate::{
         readback::{self, Readback, features_string, hwhandler_string},
     },
     mpath::{MultipathTable, Path, PathArgs, PriorityGroup, Selector},
+    policy::sync::{self, Hold},
     tuner::Knob,
 };
 
@@ -371,9 +371,9 @@ pub fn release(map: &str, knobs: &[Knob], json: bool) -> Result<()> {
             "no pathpilot daemon runs: nothing of {map} is pinned"
         )));
     };
-    let data = crate::daemon::client::call(
+    let data = crate::ctl::client::call(
         &socket,
-        &Request::Release {
+        &ControlRequest::Release {
             map: map.into(),
             knobs: knobs.to_vec(),
         },
@@ -492,7 +492,7 @@ fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
             args.map
         )));
     }
-    let req = Request::Reload {
+    let req = ControlRequest::Reload {
         map: args.map.clone(),
         expect: report.old_table.clone(),
         table: report.new_table.clone(),
@@ -518,7 +518,7 @@ fn attempt_reload(dm: &Dm, args: &Args) -> Result<()> {
             let held: BTreeMap<DevNum, Hold> = dm
                 .multipath_status(&args.map)
                 .map(|st| {
-                    crate::daemon::ops::failed_in(&st)
+                    crate::policy::ops::failed_in(&st)
                         .into_iter()
                         .map(|d| (d, Hold::Kernel))
                         .collect()

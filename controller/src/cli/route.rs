@@ -8,9 +8,9 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Result, bail};
 
 use crate::{
-    daemon::{
+    ctl::{
         client::{self, ClientError},
-        protocol::{ErrorCode, Request},
+        protocol::{ControlRequest, ErrorCode},
     },
     lock::{Locks, MapLock},
 };
@@ -40,7 +40,7 @@ pub enum Via {
 /// Sends `req` (a change to `map`) to the running daemon, or takes the
 /// map's lock for the command to make it itself. A daemon that runs and
 /// does not answer is an error: the change is not made behind its back.
-pub fn change(map: &str, by: &str, req: &Request) -> Result<Via> {
+pub fn change(map: &str, by: &str, req: &ControlRequest) -> Result<Via> {
     if let Some((socket, pid)) = daemon_socket() {
         match client::call(&socket, req) {
             Ok(data) => return Ok(Via::Daemon(data)),

@@ -12,7 +12,7 @@ use crate::{
         path::map_of,
         route::{self, Via},
     },
-    daemon::protocol::Request,
+    ctl::protocol::ControlRequest,
     dm::{Dm, DmError},
     sysfs_knobs::{self, Applied, Outcome, Setting},
     tuner::Knob as TunerKnob,
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> Result<()> {
     // One writer per map: through the daemon when it manages the map.
     let _lock = match map_name(&target)? {
         Some(map) => {
-            let req = Request::Set {
+            let req = ControlRequest::Set {
                 target: args.target.clone(),
                 settings: args.settings.iter().map(|s| s.to_string()).collect(),
             };

@@ -13,10 +13,14 @@ use pathpilot_dashboards::{
     render_text, term,
 };
 
-use super::{UsageError, parse_duration};
+use super::{UsageError, parse_duration, top_daemon::cgroup_views};
 use crate::{
     blockdev::{BlockDev, DevNum, display_name, hctl},
-    observer::{DeviceInterval, Observer, Scope, Snapshot, path_to_map},
+    observer::{
+        DeviceInterval, Observer, Scope, Snapshot,
+        interval::{byte_shares, cgroup_bytes},
+        path_to_map,
+    },
 };
 
 #[derive(clap::Args, Debug)]
@@ -40,7 +44,7 @@ pub struct Args {
     pub size: String,
     /// The daemon's control socket; without a daemon answering there, the
     /// dashboard observes on its own.
-    #[arg(long, value_name = "PATH", default_value = crate::daemon::client::DEFAULT_SOCKET)]
+    #[arg(long, value_name = "PATH", default_value = crate::ctl::client::DEFAULT_SOCKET)]
     pub socket: std::path::PathBuf,
 }
 
@@ -91,14 +95,13 @@ impl ObserverSource {
         Ok(())
     }
 
-    fn path_view(&mut self, i: &DeviceInterval, map_bytes: u64, weight: String) -> PathView {
+    fn path_view(&mut self, i: &DeviceInterval, share_pct: f64, weight: String) -> PathView {
         let dev: DevNum = i.dev.parse().unwrap_or(DevNum::new(0, 0));
         let h = self.history.entry(dev).or_default();
         h.push_back(((i.read_mib_s + i.write_mib_s) * 1024.0) as u64);
         while h.len() > HISTORY {
             h.pop_front();
         }
-        let bytes = i.read_bytes + i.write_bytes;
         PathView {
             device: i.device.clone(),
             hctl: hctl(dev),
@@ -107,11 +110,7 @@ impl ObserverSource {
             checker: "-".into(),
             iops: i.iops,
             mib_s: i.read_mib_s + i.write_mib_s,
-            share_pct: if map_bytes > 0 {
-                bytes as f64 / map_bytes as f64 * 100.0
-            } else {
-                0.0
-            },
+            share_pct,
             avg_kib: i.avg_request_bytes / 1024.0,
             merge_pct: i.merge_pct,
             lat_p50_us: i.lat_p50_us,
@@ -172,10 +171,10 @@ impl term::Source for ObserverSource {
                 .iter()
                 .map(|p| interval_of(*p, &self.prev, &cur))
                 .collect();
-            let total: u64 = rows.iter().map(|r| r.read_bytes + r.write_bytes).sum();
             let path_views: Vec<PathView> = rows
                 .iter()
-                .map(|r| self.path_view(r, total, "-".into()))
+                .zip(byte_shares(&rows))
+                .map(|(r, share)| self.path_view(r, share, "-".into()))
                 .collect();
             // The map's own figures where it is a dm device; else the sum.
             let top = mapdev.map(|m| interval_of(m, &self.prev, &cur));
@@ -207,7 +206,11 @@ impl term::Source for ObserverSource {
                 paths: path_views,
                 size_hist,
                 lat_hist,
-                cgroups: cgroup_shares(&self.prev, &cur, mapdev.into_iter().chain(paths).collect()),
+                cgroups: cgroup_views(&cgroup_bytes(
+                    &self.prev,
+                    &cur,
+                    &mapdev.into_iter().chain(paths).collect::<Vec<_>>(),
+                )),
             });
         }
         self.prev = cur;
@@ -245,28 +248,6 @@ fn merged_hists(rows: &[DeviceInterval]) -> (Hist, Hist) {
         }
     }
     (hist(&s), hist(&l))
-}
-
-/// Each cgroup's share of the bytes submitted to these devices this interval.
-fn cgroup_shares(prev: &Snapshot, cur: &Snapshot, devs: Vec<DevNum>) -> Vec<(String, f64)> {
-    let mut by: BTreeMap<u64, u64> = BTreeMap::new();
-    for ((d, cg), s) in &cur.cgroups {
-        if devs.contains(d) {
-            let before = prev.cgroups.get(&(*d, *cg)).map_or(0, |p| p.bytes);
-            *by.entry(*cg).or_default() += s.bytes.saturating_sub(before);
-        }
-    }
-    let total: u64 = by.values().sum();
-    if total == 0 {
-        return vec![];
-    }
-    let mut v: Vec<(String, f64)> = by
-        .into_iter()
-        .filter(|(_, b)| *b > 0)
-        .map(|(cg, b)| (format!("cgroup {cg}"), b as f64 / total as f64 * 100.0))
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v
 }
 
 fn parse_size(s: &str) -> Result<(u16, u16)> {

@@ -13,11 +13,12 @@ use pathpilot_dashboards::{
     term,
 };
 
-use crate::daemon::{
+use crate::ctl::{
     client::{self, ClientError, LogEntry, StatusView},
-    protocol::Request,
-    status::{MapState, PathState},
+    protocol::ControlRequest,
+    status::{MapReport, PathReport},
 };
+use crate::observer::interval::cgroup_shares;
 
 /// Sparkline samples kept per path.
 const HISTORY: usize = 120;
@@ -60,7 +61,7 @@ impl DaemonSource {
 
     /// Whether a daemon answers `status` on the socket.
     pub fn probe(socket: &std::path::Path) -> Result<(), ClientError> {
-        client::call(socket, &Request::Status).map(drop)
+        client::call(socket, &ControlRequest::Status).map(drop)
     }
 
     /// The dashboard model of a status (the socket's JSON).
@@ -85,7 +86,7 @@ impl DaemonSource {
         }
     }
 
-    fn map_view(&mut self, m: &MapState) -> MapView {
+    fn map_view(&mut self, m: &MapReport) -> MapView {
         let mem = self.maps.entry(m.name.clone()).or_default();
         let cur = (m.totals.size_hist.clone(), m.totals.lat_hist.clone());
         if mem.totals != cur {
@@ -118,11 +119,11 @@ impl DaemonSource {
             paths,
             size_hist,
             lat_hist,
-            cgroups: cgroup_shares(&m.cgroups),
+            cgroups: cgroup_views(&m.cgroups),
         }
     }
 
-    fn path_view(&mut self, map: &str, p: &PathState) -> PathView {
+    fn path_view(&mut self, map: &str, p: &PathReport) -> PathView {
         let mib_s = p.rates.read_mib_s + p.rates.write_mib_s;
         let h = self.history.entry(format!("{map}/{}", p.name)).or_default();
         h.push_back((mib_s * 1024.0).max(0.0) as u64);
@@ -168,7 +169,7 @@ impl DaemonSource {
         }
     }
 
-    fn send(&self, req: Request, done: impl FnOnce(&serde_json::Value) -> String) -> String {
+    fn send(&self, req: ControlRequest, done: impl FnOnce(&serde_json::Value) -> String) -> String {
         match client::call(&self.socket, &req) {
             Ok(v) => done(&v),
             Err(e) => format!("error: {e}"),
@@ -186,19 +187,13 @@ fn hist_delta(cur: &[(u64, u64)], prev: &[(u64, u64)]) -> Hist {
         .collect()
 }
 
-/// Each cgroup's share of the map's bytes, largest first.
-fn cgroup_shares(bytes: &[(u64, u64)]) -> Vec<(String, f64)> {
-    let total: u64 = bytes.iter().map(|(_, b)| *b).sum();
-    if total == 0 {
-        return vec![];
-    }
-    let mut v: Vec<(String, f64)> = bytes
-        .iter()
-        .filter(|(_, b)| *b > 0)
-        .map(|(cg, b)| (format!("cgroup {cg}"), *b as f64 / total as f64 * 100.0))
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v
+/// Each cgroup's share of the bytes submitted to a map, as the dashboard
+/// names them, largest first.
+pub(super) fn cgroup_views(bytes: &[(u64, u64)]) -> Vec<(String, f64)> {
+    cgroup_shares(bytes)
+        .into_iter()
+        .map(|(id, pct)| (format!("cgroup {id}"), pct))
+        .collect()
 }
 
 fn decision_view(d: &LogEntry) -> DecisionView {
@@ -218,7 +213,8 @@ fn decision_view(d: &LogEntry) -> DecisionView {
 
 impl term::Source for DaemonSource {
     fn refresh(&mut self) -> Result<Model, String> {
-        let data = client::call(&self.socket, &Request::Status).map_err(|e| e.to_string())?;
+        let data =
+            client::call(&self.socket, &ControlRequest::Status).map_err(|e| e.to_string())?;
         let s: StatusView = serde_json::from_value(data)
             .map_err(|e| format!("the daemon's status is not understood: {e}"))?;
         Ok(self.model(&s))
@@ -229,21 +225,21 @@ impl term::Source for DaemonSource {
             UiRequest::Quit => String::new(),
             UiRequest::TogglePause { map } => {
                 if self.paused.get(map).copied().unwrap_or(false) {
-                    self.send(Request::Resume { map: map.clone() }, |_| {
+                    self.send(ControlRequest::Resume { map: map.clone() }, |_| {
                         format!("resumed tuning on {map}")
                     })
                 } else {
-                    self.send(Request::Pause { map: map.clone() }, |_| {
+                    self.send(ControlRequest::Pause { map: map.clone() }, |_| {
                         format!("paused tuning on {map}")
                     })
                 }
             }
             UiRequest::FailPath { map, path } => self
-                .send(Request::Fail { path: path.clone() }, |_| {
+                .send(ControlRequest::Fail { path: path.clone() }, |_| {
                     format!("failed {path} in {map}")
                 }),
             UiRequest::ReinstatePath { map, path } => self
-                .send(Request::Reinstate { path: path.clone() }, |_| {
+                .send(ControlRequest::Reinstate { path: path.clone() }, |_| {
                     format!("reinstated {path} in {map}")
                 }),
         }
@@ -253,7 +249,7 @@ impl term::Source for DaemonSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::metrics::example_status;
+    use crate::ctl::fixture::example_status;
 
     fn view() -> StatusView {
         serde_json::from_value(serde_json::to_value(example_status()).unwrap()).unwrap()

@@ -7,7 +7,7 @@ use crate::{
     blockdev::DevNum,
     dm::Dm,
     mpath::{MultipathTable, Path as MPath, PathArgs, PriorityGroup, Selector},
-    sysfs_knobs::{self, Knob as SysKnob, KnobFiles},
+    sysfs_knobs::{self, KnobFiles, QueueKnob},
     tuner::{Knob, Settings},
 };
 
@@ -24,7 +24,7 @@ pub struct Target<'a> {
     pub fixed_groups: bool,
 }
 
-fn read_u32(files: &mut KnobFiles, dev: &str, k: SysKnob) -> Result<u32> {
+fn read_u32(files: &mut KnobFiles, dev: &str, k: QueueKnob) -> Result<u32> {
     let v = files.read(dev, k)?;
     v.parse()
         .map_err(|_| anyhow!("{dev} {}: '{v}' is not a number", k.name()))
@@ -74,7 +74,7 @@ pub fn settings_of(table: &MultipathTable, t: &Target, files: &mut KnobFiles) ->
     // smallest so a partial write is visible as a mismatch.
     let mut qd = u32::MAX;
     for (name, _) in t.paths {
-        if let Ok(v) = read_u32(files, name, SysKnob::QueueDepth) {
+        if let Ok(v) = read_u32(files, name, QueueKnob::QueueDepth) {
             qd = qd.min(v);
         }
     }
@@ -82,9 +82,9 @@ pub fn settings_of(table: &MultipathTable, t: &Target, files: &mut KnobFiles) ->
         selector,
         weights,
         active_paths,
-        max_sectors_kb: read_u32(files, t.kernel_name, SysKnob::MaxSectorsKb)?,
-        nr_requests: read_u32(files, t.kernel_name, SysKnob::NrRequests)?,
-        scheduler: files.read(t.kernel_name, SysKnob::Scheduler)?,
+        max_sectors_kb: read_u32(files, t.kernel_name, QueueKnob::MaxSectorsKb)?,
+        nr_requests: read_u32(files, t.kernel_name, QueueKnob::NrRequests)?,
+        scheduler: files.read(t.kernel_name, QueueKnob::Scheduler)?,
         queue_depth: if qd == u32::MAX { 0 } else { qd },
     })
 }
@@ -205,18 +205,18 @@ pub fn write_queue_knobs(t: &Target, now: &Settings, want: &Settings) -> Result<
         let (dev, sk, v) = match k {
             Knob::MaxSectorsKb => (
                 t.kernel_name,
-                SysKnob::MaxSectorsKb,
+                QueueKnob::MaxSectorsKb,
                 want.max_sectors_kb.to_string(),
             ),
             Knob::NrRequests => (
                 t.kernel_name,
-                SysKnob::NrRequests,
+                QueueKnob::NrRequests,
                 want.nr_requests.to_string(),
             ),
-            Knob::Scheduler => (t.kernel_name, SysKnob::Scheduler, want.scheduler.clone()),
+            Knob::Scheduler => (t.kernel_name, QueueKnob::Scheduler, want.scheduler.clone()),
             Knob::QueueDepth => {
                 for (name, _) in t.paths {
-                    sysfs_knobs::write(name, SysKnob::QueueDepth, &want.queue_depth.to_string())
+                    sysfs_knobs::write(name, QueueKnob::QueueDepth, &want.queue_depth.to_string())
                         .with_context(|| format!("{} queue_depth", t.map))?;
                     wrote = true;
                 }

@@ -7,10 +7,8 @@
 //! still completing commands: a path saturated at a low queue_depth keeps
 //! the check waiting behind queued I/O, and failing it for that would take
 //! a working path away under load.
-use super::{
-    policy::failback,
-    tur::{self, Tur},
-};
+use super::tur::{self, Tur};
+use crate::policy::failback;
 use crate::{
     discovery::alua::{AccessState, Alua},
     sysfs_attr::KeptFiles,

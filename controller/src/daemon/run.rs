@@ -14,19 +14,19 @@ use anyhow::{Context, Result, bail};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{
-    config::{self, Config},
     engine::Engine,
     metrics,
     shared::Shared,
     socket::{self, AccessPolicy},
-    state::{STATE_FILE, State},
-    status::DaemonStatus,
+    state::{STATE_FILE, SavedState},
 };
-use crate::{error::UsageError, lock::Locks, tuner::Mode};
-
-#[derive(Debug, thiserror::Error)]
-#[error("pathpilot daemon needs root (it loads eBPF programs and changes device-mapper maps)")]
-pub struct NotRoot;
+use crate::{
+    config::{self, Config},
+    ctl::status::DaemonStatus,
+    error::{NotRoot, UsageError},
+    lock::Locks,
+    tuner::Mode,
+};
 
 /// The gid of a group name, from the group database.
 fn group_id(name: &str) -> Option<u32> {
@@ -63,13 +63,11 @@ fn sd_notify(state: &str) {
 }
 
 /// Loads the state file; `reset` moves a bad one aside first, loudly.
-fn load_state(reset: bool) -> Result<State> {
+fn load_state(reset: bool) -> Result<SavedState> {
     let path = Path::new(STATE_FILE);
     if reset {
-        let unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        match State::move_aside(path, unix)? {
+        let unix = crate::clock::unix_now() as u64;
+        match SavedState::move_aside(path, unix)? {
             Some(to) => eprintln!(
                 "pathpilot: --reset-state: moved {} to {}: the maps pathpilot made are \
                  observed only until adopted (maps.adopt), and the paths an operator failed \
@@ -80,7 +78,7 @@ fn load_state(reset: bool) -> Result<State> {
             None => eprintln!("pathpilot: --reset-state: there was no {}", path.display()),
         }
     }
-    Ok(State::load(path)?)
+    Ok(SavedState::load(path)?)
 }
 
 pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>, reset_state: bool) -> Result<()> {
@@ -131,7 +129,7 @@ pub fn run(config_path: Option<PathBuf>, mode: Option<Mode>, reset_state: bool) 
 async fn serve(
     cfg: Config,
     path: PathBuf,
-    state: State,
+    state: SavedState,
     read_gid: Option<u32>,
     metrics_addr: Option<SocketAddr>,
 ) -> Result<()> {

@@ -20,8 +20,8 @@ use std::{
     time::Duration,
 };
 
-use super::{
-    protocol::{Request, Response},
+use crate::ctl::{
+    protocol::{ControlRequest, Response},
     status::DaemonStatus,
 };
 
@@ -30,7 +30,7 @@ pub const REFRESH_WAIT: Duration = Duration::from_secs(1);
 
 /// A change request on its way to the engine.
 pub struct Change {
-    pub request: Request,
+    pub request: ControlRequest,
     pub reply: tokio::sync::oneshot::Sender<Response>,
 }
 
@@ -101,7 +101,10 @@ impl Shared {
     }
 
     /// Queues a change for the engine; `None` when the engine is gone.
-    pub fn submit(&self, request: Request) -> Option<tokio::sync::oneshot::Receiver<Response>> {
+    pub fn submit(
+        &self,
+        request: ControlRequest,
+    ) -> Option<tokio::sync::oneshot::Receiver<Response>> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.messages
             .send(ToEngine::Change(Change { request, reply }))

@@ -1,5 +1,5 @@
 //! The control socket server: JSON lines over a Unix socket (the protocol is
-//! in [`super::protocol`] and docs/control-socket.md). Reads are answered from the
+//! in [`crate::ctl::protocol`] and docs/control-socket.md). Reads are answered from the
 //! published status without waiting on the engine; changes go to the engine
 //! thread and its reply comes back.
 //!
@@ -24,9 +24,9 @@ use tokio::{
     time::timeout,
 };
 
-use super::{
-    protocol::{self, ErrorCode, MAX_LINE, Request, Response},
-    shared::Shared,
+use super::shared::Shared;
+use crate::ctl::{
+    protocol::{self, ControlRequest, ErrorCode, MAX_LINE, Response},
     status::LoggedDecision,
 };
 
@@ -351,9 +351,9 @@ struct LogData<'a> {
     last_seq: u64,
 }
 
-fn read(req: &Request, shared: &Shared) -> String {
+fn read(req: &ControlRequest, shared: &Shared) -> String {
     match req {
-        Request::Log { since } => shared.with_status(|s| {
+        ControlRequest::Log { since } => shared.with_status(|s| {
             let since = since.unwrap_or(0);
             // Kept in seq order, so the newer ones are a suffix.
             let from = s.decisions.partition_point(|d| d.seq <= since);
@@ -366,7 +366,7 @@ fn read(req: &Request, shared: &Shared) -> String {
     }
 }
 
-async fn change(req: Request, shared: &Shared) -> Response {
+async fn change(req: ControlRequest, shared: &Shared) -> Response {
     let stopping = || Response::err(ErrorCode::Unavailable, "the daemon is stopping");
     let Some(reply) = shared.submit(req) else {
         return stopping();
@@ -397,7 +397,10 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::daemon::{client, metrics::example_status, shared::ToEngine};
+    use crate::{
+        ctl::{client, fixture::example_status},
+        daemon::shared::ToEngine,
+    };
 
     /// A directory of its own under the temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -428,13 +431,17 @@ mod tests {
         for m in rx {
             let ToEngine::Change(c) = m else { continue };
             let r = match &c.request {
-                Request::Pause { map } | Request::Resume { map } if map == "mpatha" => {
+                ControlRequest::Pause { map } | ControlRequest::Resume { map }
+                    if map == "mpatha" =>
+                {
                     Response::ok(json!({"map": map}))
                 }
-                Request::Fail { path } | Request::Reinstate { path } if path == "sdb" => {
+                ControlRequest::Fail { path } | ControlRequest::Reinstate { path }
+                    if path == "sdb" =>
+                {
                     Response::ok(json!({"path": path}))
                 }
-                Request::Pause { map } | Request::Resume { map } => {
+                ControlRequest::Pause { map } | ControlRequest::Resume { map } => {
                     Response::err(ErrorCode::NotFound, format!("no map '{map}'"))
                 }
                 other => Response::err(ErrorCode::NotFound, format!("{other:?}")),
@@ -463,17 +470,11 @@ mod tests {
         let (shared, rx) = Shared::new(example_status());
         std::thread::spawn(move || engine(rx));
         let (ready_tx, ready) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = UnixListener::bind(&path).unwrap();
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-                ready_tx.send(()).unwrap();
-                serve(l, shared, policy).await
-            })
+        crate::daemon::serve_in_thread(move || async move {
+            let l = UnixListener::bind(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            ready_tx.send(()).unwrap();
+            serve(l, shared, policy).await
         });
         ready.recv().unwrap();
         d
@@ -496,18 +497,19 @@ mod tests {
     #[test]
     fn reads_answer_from_the_status() {
         let d = start(AccessPolicy::default(), 0o600);
-        let r = client::call(&d.path(), &Request::Status).unwrap();
+        let r = client::call(&d.path(), &ControlRequest::Status).unwrap();
         assert_eq!(r["maps"][0]["name"], "mpatha");
         assert_eq!(r["maps"][0]["paths"].as_array().unwrap().len(), 2);
         assert_eq!(r["decisions"].as_array().unwrap().len(), 3);
 
-        let all: client::LogData =
-            serde_json::from_value(client::call(&d.path(), &Request::Log { since: None }).unwrap())
-                .unwrap();
+        let all: client::LogData = serde_json::from_value(
+            client::call(&d.path(), &ControlRequest::Log { since: None }).unwrap(),
+        )
+        .unwrap();
         assert_eq!(all.decisions.len(), 3);
         assert_eq!(all.last_seq, 3);
         let newer: client::LogData = serde_json::from_value(
-            client::call(&d.path(), &Request::Log { since: Some(1) }).unwrap(),
+            client::call(&d.path(), &ControlRequest::Log { since: Some(1) }).unwrap(),
         )
         .unwrap();
         let seqs: Vec<u64> = newer
@@ -518,7 +520,7 @@ mod tests {
         assert_eq!(seqs, [2, 3]);
         assert_eq!(newer.decisions[0]["knob"], "max_sectors_kb");
         let none: client::LogData = serde_json::from_value(
-            client::call(&d.path(), &Request::Log { since: Some(3) }).unwrap(),
+            client::call(&d.path(), &ControlRequest::Log { since: Some(3) }).unwrap(),
         )
         .unwrap();
         assert!(none.decisions.is_empty());
@@ -529,7 +531,7 @@ mod tests {
         let d = start(AccessPolicy::default(), 0o600);
         let r = client::call(
             &d.path(),
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpatha".into(),
             },
         )
@@ -537,7 +539,7 @@ mod tests {
         assert_eq!(r, json!({"map": "mpatha"}));
         match client::call(
             &d.path(),
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpathz".into(),
             },
         ) {
@@ -647,7 +649,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(500));
         for _ in 0..5 {
             let t = Instant::now();
-            let r = client::call(&d.path(), &Request::Status).unwrap();
+            let r = client::call(&d.path(), &ControlRequest::Status).unwrap();
             assert_eq!(r["maps"][0]["name"], "mpatha");
             assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         }
@@ -752,7 +754,7 @@ mod tests {
         // Root may change.
         let r = client::call(
             &p,
-            &Request::Pause {
+            &ControlRequest::Pause {
                 map: "mpatha".into(),
             },
         )

@@ -19,7 +19,7 @@ pub const STATE_FILE: &str = "/run/pathpilot/maps.json";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct State {
+pub struct SavedState {
     /// map name -> WWID: the maps this daemon made.
     #[serde(default)]
     pub maps: BTreeMap<String, String>,
@@ -80,12 +80,12 @@ pub enum StateError {
     Write { path: String, err: std::io::Error },
 }
 
-impl State {
+impl SavedState {
     /// Reads the state file; an absent file is an empty state.
-    pub fn load(path: &Path) -> Result<State, StateError> {
+    pub fn load(path: &Path) -> Result<SavedState, StateError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(State::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SavedState::default()),
             Err(err) => {
                 return Err(StateError::Unreadable {
                     path: path.display().to_string(),
@@ -153,10 +153,10 @@ mod tests {
     #[test]
     fn round_trip_and_the_old_format() {
         let p = scratch("rt");
-        assert_eq!(State::load(&p).unwrap(), State::default());
+        assert_eq!(SavedState::load(&p).unwrap(), SavedState::default());
         // The format of earlier versions: maps only.
         std::fs::write(&p, r#"{"maps":{"mpatha":"35000c500deadbeef"}}"#).unwrap();
-        let mut s = State::load(&p).unwrap();
+        let mut s = SavedState::load(&p).unwrap();
         assert_eq!(s.maps["mpatha"], "35000c500deadbeef");
         let mut o = OperatorState::default();
         o.set_failed(DevNum::new(8, 16), true);
@@ -168,7 +168,7 @@ mod tests {
             text.contains("\"8:16\"") && text.contains("\"selector\""),
             "{text}"
         );
-        let back = State::load(&p).unwrap();
+        let back = SavedState::load(&p).unwrap();
         assert_eq!(back, s);
         assert_eq!(back.operator("mpatha"), o);
         assert_eq!(
@@ -184,7 +184,7 @@ mod tests {
     fn a_corrupt_file_stops_with_the_fix_named() {
         let p = scratch("bad");
         std::fs::write(&p, "{\"maps\": {\"mpatha\": ").unwrap();
-        let e = State::load(&p).unwrap_err().to_string();
+        let e = SavedState::load(&p).unwrap_err().to_string();
         assert!(
             e.contains(&p.display().to_string())
                 && e.contains("corrupt")
@@ -193,22 +193,22 @@ mod tests {
         );
         // Unknown content is not half-understood either.
         std::fs::write(&p, r#"{"mapz":{}}"#).unwrap();
-        assert!(State::load(&p).is_err());
-        let to = State::move_aside(&p, 7).unwrap().unwrap();
+        assert!(SavedState::load(&p).is_err());
+        let to = SavedState::move_aside(&p, 7).unwrap().unwrap();
         assert!(
             to.display().to_string().ends_with("maps.json.bad-7"),
             "{}",
             to.display()
         );
         assert!(!p.exists());
-        assert_eq!(State::load(&p).unwrap(), State::default());
+        assert_eq!(SavedState::load(&p).unwrap(), SavedState::default());
     }
 
     #[test]
     fn an_unreadable_file_is_not_an_empty_one() {
         let p = scratch("dir");
         std::fs::create_dir_all(&p).unwrap(); // a directory where the file should be
-        let e = State::load(&p).unwrap_err().to_string();
+        let e = SavedState::load(&p).unwrap_err().to_string();
         assert!(e.contains("cannot be read"), "{e}");
     }
 }

@@ -159,8 +159,7 @@ impl DeviceInterval {
         let p = prev.devices.get(&dev).map_or(&zero, |c| &**c);
         if c.stats == p.stats {
             // Nothing counted (most paths of an idle host): every figure is
-            // zero, with no histogram to take apart (at 64 idle paths in
-            // the emulated guest, a visible share of a window's work).
+            // zero, with no histogram to take apart.
             let secs = cur.taken.duration_since(prev.taken).as_secs_f64();
             return Self {
                 device: name.to_string(),
@@ -344,7 +343,6 @@ pub struct MapInterval {
 
 impl MapInterval {
     pub fn sum(map: &str, dev: DevNum, paths: &[&DeviceInterval]) -> Self {
-        let total_bytes: u64 = paths.iter().map(|p| p.read_bytes + p.write_bytes).sum();
         Self {
             map: map.to_string(),
             dev: dev.to_string(),
@@ -356,28 +354,69 @@ impl MapInterval {
             iops: round(paths.iter().map(|p| p.iops).sum(), 1),
             mib_s: round(paths.iter().map(|p| p.read_mib_s + p.write_mib_s).sum(), 3),
             errors: paths.iter().map(|p| p.errors).sum(),
-            path_share_pct: paths
-                .iter()
-                .map(|p| {
-                    if total_bytes == 0 {
-                        0.0
-                    } else {
-                        round(
-                            (p.read_bytes + p.write_bytes) as f64 / total_bytes as f64 * 100.0,
-                            1,
-                        )
-                    }
-                })
+            path_share_pct: byte_shares(paths.iter().copied())
+                .into_iter()
+                .map(|s| round(s, 1))
                 .collect(),
         }
     }
+}
+
+/// Each device's share of the bytes the devices moved in the interval,
+/// percent, in their order (0 each when none moved any): a path's share of
+/// its map's load.
+pub fn byte_shares<'a>(devices: impl IntoIterator<Item = &'a DeviceInterval>) -> Vec<f64> {
+    let bytes: Vec<u64> = devices
+        .into_iter()
+        .map(|d| d.read_bytes + d.write_bytes)
+        .collect();
+    let total: u64 = bytes.iter().sum();
+    bytes
+        .iter()
+        .map(|b| {
+            if total == 0 {
+                0.0
+            } else {
+                *b as f64 / total as f64 * 100.0
+            }
+        })
+        .collect()
+}
+
+/// Bytes submitted to `devs` per cgroup between two snapshots: (cgroup id,
+/// bytes), by id, the cgroups that submitted nothing left out.
+pub fn cgroup_bytes(prev: &Snapshot, cur: &Snapshot, devs: &[DevNum]) -> Vec<(u64, u64)> {
+    let mut by: BTreeMap<u64, u64> = BTreeMap::new();
+    for ((d, id), s) in &cur.cgroups {
+        if devs.contains(d) {
+            let before = prev.cgroups.get(&(*d, *id)).map_or(0, |p| p.bytes);
+            *by.entry(*id).or_default() += s.bytes.saturating_sub(before);
+        }
+    }
+    by.into_iter().filter(|(_, b)| *b > 0).collect()
+}
+
+/// Each cgroup's share of `bytes` ([`cgroup_bytes`]), percent, largest
+/// first.
+pub fn cgroup_shares(bytes: &[(u64, u64)]) -> Vec<(u64, f64)> {
+    let total: u64 = bytes.iter().map(|(_, b)| *b).sum();
+    if total == 0 {
+        return vec![];
+    }
+    let mut v: Vec<(u64, f64)> = bytes
+        .iter()
+        .filter(|(_, b)| *b > 0)
+        .map(|(id, b)| (*id, *b as f64 / total as f64 * 100.0))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
 
-    use pathpilot_common::DevStats;
+    use pathpilot_common::{CgroupStats, DevStats};
 
     use super::*;
 
@@ -607,5 +646,27 @@ mod tests {
         assert_eq!(m.read_ios, 40);
         assert_eq!(m.path_share_pct, vec![75.0, 25.0]);
         assert_eq!(m.paths, vec!["sda", "sdb"]);
+    }
+
+    #[test]
+    fn cgroup_bytes_and_shares_are_of_the_devices_named() {
+        let (a, b) = (DevNum::new(8, 0), DevNum::new(8, 16));
+        let t0 = Instant::now();
+        let stats = |bytes| CgroupStats { bios: 1, bytes };
+        let mut p = snap(t0, a, DevStats::ZERO, 0);
+        p.cgroups = [((a, 1), stats(100))].into();
+        let mut c = snap(t0 + Duration::from_secs(1), a, DevStats::ZERO, 0);
+        c.cgroups = [
+            ((a, 1), stats(400)),
+            ((a, 2), stats(100)),
+            ((a, 3), stats(0)),
+            ((b, 1), stats(500)),
+        ]
+        .into();
+        let on_a = cgroup_bytes(&p, &c, &[a]);
+        assert_eq!(on_a, vec![(1, 300), (2, 100)]);
+        assert_eq!(cgroup_bytes(&p, &c, &[a, b]), vec![(1, 800), (2, 100)]);
+        assert_eq!(cgroup_shares(&on_a), vec![(1, 75.0), (2, 25.0)]);
+        assert!(cgroup_shares(&[]).is_empty());
     }
 }

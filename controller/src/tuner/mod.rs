@@ -11,13 +11,20 @@
 //! workload snaps back to them.
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
-use serde::Serialize;
-
 use crate::mpath::Selector;
 
+mod candidates;
+mod config;
+mod decision;
 pub mod settings;
 pub mod window;
 
+use candidates::clearly_unequal;
+pub use candidates::weights_from;
+#[cfg(test)]
+use candidates::{differs_enough, split_kib};
+pub use config::{Mode, TunerConfig};
+pub use decision::{Action, Decision, Health, Outcome};
 pub use settings::{Knob, Settings};
 pub use window::{Class, Per, Size, Window};
 
@@ -37,176 +44,6 @@ const EXTEND_UP_TO: usize = 3;
 /// How much of a path's best delivery a window later still stands for its
 /// capacity: the estimate is a running maximum fading by this per window.
 const CAP_FADE: f64 = 0.95;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Change nothing.
-    Observe,
-    /// Log what would be tried and why, change nothing.
-    Advise,
-    /// Act.
-    Tune,
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "observe" => Ok(Mode::Observe),
-            "advise" => Ok(Mode::Advise),
-            "tune" => Ok(Mode::Tune),
-            _ => Err(format!("'{s}' is not a mode (observe, advise, tune)")),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct Config {
-    /// Windows measured before a decision, for the baseline and each trial.
-    pub windows: usize,
-    /// Windows skipped after a change, while queues drain and refill.
-    pub settle_windows: usize,
-    /// Smallest relative gain worth keeping (0.05 = 5%), whatever the noise.
-    pub min_gain: f64,
-    /// Seconds between two reloads of the same map.
-    pub reload_min_interval_s: f64,
-    /// A reload that stalled I/O longer than this stops reload-based trials
-    /// on the map for `reload_cooldown_s`.
-    pub max_stall_ms: f64,
-    pub reload_cooldown_s: f64,
-    /// Seconds without any path state change before tuning resumes.
-    pub flap_hold_s: f64,
-    /// Seconds before a rejected candidate is tried again for a class.
-    pub retry_after_s: f64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            windows: 3,
-            settle_windows: 1,
-            min_gain: 0.05,
-            reload_min_interval_s: 10.0,
-            max_stall_ms: 500.0,
-            reload_cooldown_s: 600.0,
-            flap_hold_s: 20.0,
-            retry_after_s: 600.0,
-        }
-    }
-}
-
-/// What the daemon knows of the map's health when it feeds a window.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Health {
-    /// Paths the kernel or the checker holds failed, or being checked.
-    pub failed_paths: Vec<String>,
-    pub suspended: bool,
-    /// Queueing I/O with no valid path.
-    pub queueing_without_paths: bool,
-    /// When a path last changed state (seconds, the tuner's clock).
-    pub last_path_change: Option<f64>,
-    /// Paths holding a command outstanding for long (name, seconds): a
-    /// reload's suspend would wait for it, the map's I/O frozen meanwhile,
-    /// forever if the path is hung and not yet failed.
-    pub stalled_paths: Vec<(String, f64)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// A change was applied and is being measured.
-    Trying,
-    Kept,
-    Reverted,
-    /// advise mode: what tune mode would try.
-    Advised,
-    /// The kernel did not keep the value (read back differs).
-    Ignored,
-    /// The best known settings of a returning workload, applied at once.
-    SnapBack,
-    Paused,
-    Resumed,
-    /// A reload stalled I/O beyond the budget.
-    Budget,
-    /// An operator set the knob (through the daemon): the tuner leaves it
-    /// until released.
-    Operator,
-    /// An operator released a knob: the tuner may change it again.
-    Released,
-    /// Someone other than pathpilot changed the map: tuning stops until
-    /// an operator resumes it.
-    Outside,
-    /// The array moved its ports' ALUA states: the map was regrouped and
-    /// tuning starts over on the new first group.
-    Array,
-    /// A path turned marginal (set aside), went on probation or is
-    /// healthy again.
-    Marginal,
-}
-
-impl Outcome {
-    /// Every outcome, for counters that start at 0.
-    pub const ALL: [Outcome; 14] = [
-        Outcome::Trying,
-        Outcome::Kept,
-        Outcome::Reverted,
-        Outcome::Advised,
-        Outcome::Ignored,
-        Outcome::SnapBack,
-        Outcome::Paused,
-        Outcome::Resumed,
-        Outcome::Budget,
-        Outcome::Operator,
-        Outcome::Released,
-        Outcome::Outside,
-        Outcome::Array,
-        Outcome::Marginal,
-    ];
-
-    /// The word in logs and metrics (its JSON form).
-    pub fn word(self) -> &'static str {
-        match self {
-            Outcome::Trying => "trying",
-            Outcome::Kept => "kept",
-            Outcome::Reverted => "reverted",
-            Outcome::Advised => "advised",
-            Outcome::Ignored => "ignored",
-            Outcome::SnapBack => "snap_back",
-            Outcome::Paused => "paused",
-            Outcome::Resumed => "resumed",
-            Outcome::Budget => "budget",
-            Outcome::Operator => "operator",
-            Outcome::Released => "released",
-            Outcome::Outside => "outside",
-            Outcome::Array => "array",
-            Outcome::Marginal => "marginal",
-        }
-    }
-}
-
-/// One entry of the decision log.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Decision {
-    /// Seconds on the tuner's clock; the daemon adds wall time.
-    pub t: f64,
-    pub map: String,
-    pub class: Option<String>,
-    pub knob: Option<Knob>,
-    pub old: String,
-    pub new: String,
-    pub before_mib_s: Option<f64>,
-    pub after_mib_s: Option<f64>,
-    pub reason: String,
-    pub outcome: Outcome,
-}
-
-/// What the tuner asks the daemon to do.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Action {
-    pub to: Settings,
-    pub knob: Knob,
-}
 
 #[derive(Clone, Debug, PartialEq)]
 struct Stats {
@@ -256,7 +93,7 @@ enum Phase {
 pub struct Tuner {
     map: String,
     mode: Mode,
-    cfg: Config,
+    cfg: TunerConfig,
     current: Settings,
     /// The settings the map started with: "back to default" candidates.
     initial: Settings,
@@ -287,8 +124,8 @@ pub struct Tuner {
     path_caps: Option<Vec<f64>>,
     /// The workload's latest measurements, whose spread is its noise: two
     /// windows a side say little of it (judged by them alone, the gain
-    /// needed in the VM's bench ranged from the 5% floor to +70%), many
-    /// together say more.
+    /// needed swings from the floor to many times it), many together say
+    /// more.
     noise: VecDeque<Stats>,
     last_reload: Option<f64>,
     reload_blocked_until: f64,
@@ -303,7 +140,7 @@ impl Tuner {
     pub fn new(
         map: &str,
         mode: Mode,
-        cfg: Config,
+        cfg: TunerConfig,
         current: Settings,
         available_selectors: Vec<Selector>,
     ) -> Self {
@@ -347,11 +184,11 @@ impl Tuner {
     }
 
     /// New tuning parameters (SIGHUP): they apply from the next window.
-    pub fn set_config(&mut self, cfg: Config) {
+    pub fn set_config(&mut self, cfg: TunerConfig) {
         self.cfg = cfg;
     }
 
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &TunerConfig {
         &self.cfg
     }
 
@@ -638,6 +475,11 @@ impl Tuner {
         self.note(t, None, "", "", None, None, reason, outcome);
     }
 
+    /// [`Self::event`] with the throughput of the window it happened in.
+    fn event_in(&mut self, t: f64, w: &Window, reason: String, outcome: Outcome) {
+        self.note(t, None, "", "", Some(w.mib_s), None, reason, outcome);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn note(
         &mut self,
@@ -675,16 +517,7 @@ impl Tuner {
             if !matches!(self.phase, Phase::Paused(_)) {
                 // A trial under a failing path measures the failure, not
                 // the knob: drop it and leave the settings as they are.
-                self.note(
-                    t,
-                    None,
-                    "",
-                    "",
-                    Some(w.mib_s),
-                    None,
-                    format!("paused: {why}"),
-                    Outcome::Paused,
-                );
+                self.event_in(t, w, format!("paused: {why}"), Outcome::Paused);
                 self.drop_trial();
                 self.phase = Phase::Paused(why);
             }
@@ -692,16 +525,7 @@ impl Tuner {
         }
         if let Phase::Paused(why) = &self.phase {
             let reason = format!("resumed: {why} is over");
-            self.note(
-                t,
-                None,
-                "",
-                "",
-                Some(w.mib_s),
-                None,
-                reason,
-                Outcome::Resumed,
-            );
+            self.event_in(t, w, reason, Outcome::Resumed);
             self.phase = Phase::Baseline(vec![]);
         }
         // A change left in place by a pause was never judged: undo it
@@ -838,8 +662,8 @@ impl Tuner {
 
     /// Folds what each path delivered this window into its capacity
     /// estimate. A path the selector did not fill delivers less than it
-    /// could (the fastest of 10/20/40/80 MiB/s paths, in a guest whose CPU
-    /// caps the total, delivers about what the 40 does), so one window
+    /// could (where something else caps the total, the fastest paths
+    /// deliver about alike), so one window
     /// cannot rank the fastest paths and a trickle can invert them: a path
     /// is credited with the best it delivered lately. Kept only while the
     /// paths clearly differ.
@@ -1011,270 +835,6 @@ impl Tuner {
                 None
             }
         }
-    }
-
-    /// Candidate changes for this class from the current settings, most
-    /// promising first; each changes one knob.
-    fn candidates(&self, class: Class, w: &Window) -> Vec<(Knob, Settings, String)> {
-        let cur = &self.current;
-        let n = cur.active_paths.max(1);
-        let mut out: Vec<(Knob, Settings, String)> = vec![];
-        let mut push = |k: Knob, f: &dyn Fn(&mut Settings), why: String| {
-            let mut s = cur.clone();
-            f(&mut s);
-            if s != *cur {
-                out.push((k, s, why));
-            }
-        };
-        let total_paths = w.paths.len().max(cur.active_paths);
-        // Capacity per path. Round-robin splits requests evenly, so what a
-        // path delivers says nothing of its capacity there, and neither
-        // does it for large requests at low depth, which follow the
-        // selector's rotation, nor at queue_depth 1, where requests bounce
-        // off a busy path and land where they can (two of four equal paths
-        // took the writes in a merge bench, 0/0/4/3 MiB/s): busy time
-        // instead (exact for large requests, tens of ms each, and for one
-        // request at a time; io_ticks counts in jiffies). Elsewhere the
-        // load of a load-aware selector already follows capacity.
-        let measure = |per: Per| {
-            if cur.selector == Selector::RoundRobin
-                || class.size == Size::Large
-                || cur.queue_depth == 1
-            {
-                w.capacities(per)
-            } else {
-                w.delivered(per)
-            }
-            .filter(|c| c.len() == total_paths)
-        };
-        // Small requests may be bound by IOPS or by bandwidth, and a path's
-        // MiB/s is also the size its requests merged to (four equal 100
-        // IOPS paths read 1/4/3/1 MiB/s by busy time at queue_depth 1, two
-        // merging to 40 KiB, two idling on 4 KiB): they differ only when
-        // counted in requests too.
-        let measured = match measure(Per::Byte) {
-            Some(c)
-                if class.size == Size::Small
-                    && clearly_unequal(&c)
-                    && !measure(Per::Request).is_some_and(|r| clearly_unequal(&r)) =>
-            {
-                None
-            }
-            c => c,
-        };
-        // A large-request workload whose own figures look even falls back
-        // on the capacity seen earlier (kept only when clearly unequal).
-        let (caps, learned) = match measured {
-            Some(c) if clearly_unequal(&c) => (Some(c), false),
-            c => match &self.path_caps {
-                Some(k) if class.size == Size::Large && k.len() == total_paths => {
-                    (Some(k.clone()), true)
-                }
-                _ => (c, false),
-            },
-        };
-        // Weights the search kept say so too, when this window cannot (a
-        // path weighted low may deliver nothing in it).
-        let weighted = cur.selector == Selector::ServiceTime
-            && clearly_unequal(&cur.weights.iter().map(|w| *w as f64).collect::<Vec<_>>());
-        let uneven = weighted || caps.as_deref().is_some_and(clearly_unequal);
-        // With one active path there is nothing to select between.
-        let selectors: &[Selector] = if n > 1 {
-            &self.available_selectors
-        } else {
-            &[]
-        };
-        // service-time weighted by measured capacity: the dm analogue of
-        // NVMe's adaptive policy. From another selector this moves both.
-        let weigh = caps
-            .as_ref()
-            .filter(|_| uneven && selectors.contains(&Selector::ServiceTime))
-            .map(|caps| (weights_from(caps), caps))
-            .filter(|(wts, _)| {
-                cur.selector != Selector::ServiceTime || differs_enough(wts, &cur.weights)
-            })
-            .map(|(wts, caps)| {
-                let caps_s: Vec<String> = caps.iter().map(|c| format!("{c:.0}")).collect();
-                let why = format!(
-                    "{} path capacity {} MiB/s: service-time weighted by it",
-                    if learned {
-                        "earlier measured"
-                    } else {
-                        "measured"
-                    },
-                    caps_s.join("/")
-                );
-                let set = move |s: &mut Settings| {
-                    s.selector = Selector::ServiceTime;
-                    s.weights = wts.clone();
-                };
-                (set, why)
-            });
-        if class.size == Size::Large {
-            // Split a large request so its pieces travel down several paths
-            // at once. On even paths, one piece per active path; on uneven
-            // ones two, so that service-time's weights can share them out
-            // by capacity (the demo's 1 MiB reader on 10/20/40/80 MiB/s
-            // paths, weighted: 512 KiB +0.2%, 256 +15.9%, 128 +35%).
-            let pieces = if uneven { 2 * n } else { n };
-            let first = split_kib(w.avg_bio_kib, pieces);
-            let splits: Vec<u32> = std::iter::once(first)
-                .chain(SPLIT_KIB.into_iter().filter(|kb| *kb != first))
-                .filter(|kb| *kb < cur.max_sectors_kb)
-                .collect();
-            let split_why = format!(
-                "{:.0} KiB requests over {n} paths: split them so the pieces go down several paths at once",
-                w.avg_bio_kib
-            );
-            // Unweighted, first send each request where it finishes
-            // soonest: with one large request in flight, the fastest path
-            // (demo: +100%), and its pieces by the same weights, in one
-            // trial: one after the other they took 6 s of switch's 10 s
-            // 1 MiB phase (weights +101%, then 128 KiB +48%), and a split
-            // without weights gains nothing here (the slowest path holds
-            // every request up). Weights alone follow, should the pair
-            // lose. Weights a map already has leave splitting as what
-            // there is to gain: re-weighing comes after it, with the
-            // other classes' (switch's 1 MiB phase: re-weighting
-            // 28:55:100:100 to 12:26:56:100 gave +0.5%).
-            if !weighted && let Some((set, why)) = &weigh {
-                if let Some(kb) = splits.first()
-                    && !self.dead.contains(&Knob::MaxSectorsKb)
-                {
-                    push(
-                        Knob::Weights,
-                        &|s| {
-                            set(s);
-                            s.max_sectors_kb = *kb;
-                        },
-                        format!(
-                            "{why}, and {split_why} (max_sectors_kb {} -> {kb})",
-                            cur.max_sectors_kb
-                        ),
-                    );
-                }
-                push(Knob::Weights, set, why.clone());
-            }
-            for kb in &splits {
-                push(
-                    Knob::MaxSectorsKb,
-                    &|s| s.max_sectors_kb = *kb,
-                    split_why.clone(),
-                );
-            }
-        }
-        if class.size == Size::Small && class.sequential {
-            if cur.scheduler == "none" {
-                push(
-                    Knob::Scheduler,
-                    &|s| s.scheduler = "mq-deadline".into(),
-                    "small sequential requests can only merge at the dm queue, which needs a scheduler".into(),
-                );
-            }
-            // Fewer slots on the paths keep requests waiting at the dm
-            // queue, where they merge (a request-based dm device merges
-            // only what waits in its own queue). Merging starts only once
-            // paths x queue_depth < I/Os in flight, so shallow cuts rarely
-            // change anything: the deepest cut first, then 2; 8 and 32
-            // remain for an array that loses at low depth.
-            let merging = format!(
-                "{:.1} KiB sequential requests, {:.0}% merged",
-                w.avg_request_kib, w.merge_pct
-            );
-            for qd in [1u32, 2, 8, 32] {
-                if qd < cur.queue_depth {
-                    push(
-                        Knob::QueueDepth,
-                        &|s| s.queue_depth = qd,
-                        format!("{merging}: fewer path slots keep them queued where they merge"),
-                    );
-                }
-            }
-            for k in [n / 2, 1] {
-                if k >= 1 && k < n {
-                    push(
-                        Knob::ActivePaths,
-                        &|s| s.active_paths = k,
-                        "small sequential I/O: fewer active paths, fewer slots, more merging (seed 001)".into(),
-                    );
-                }
-            }
-            // At 1, 2 is still worth a trial for an array that pipelines
-            // two requests a path; after the paths, which merge's shared
-            // budget needs first.
-            if cur.queue_depth == 1 {
-                push(
-                    Knob::QueueDepth,
-                    &|s| s.queue_depth = 2,
-                    format!(
-                        "{merging} at queue_depth 1: one slot more, for an array that overlaps two requests a path"
-                    ),
-                );
-            }
-        }
-        // Weighted by capacity before any plain selector: on paths this
-        // unequal it is where the search ends (asym's 13:25:50:100), and a
-        // plain load-aware selector first costs a trial a phase cannot
-        // spare (switch's 10 s phases). (An unweighted large reader had
-        // its weights first, above.)
-        if (class.size != Size::Large || weighted)
-            && let Some((set, why)) = &weigh
-        {
-            push(Knob::Weights, set, why.clone());
-        }
-        for sel in selectors {
-            // Round-robin runs every path at the slowest one's pace: not a
-            // candidate when paths differ. Nor, where service-time can be
-            // weighted, is queue-length for large requests: the pieces of
-            // one leave together, so it counts them out evenly too (the
-            // demo's 1 MiB reader, weighted and split at 123 MiB/s: 44.5
-            // under queue-length), and with many in flight it can only
-            // approach what the weights give.
-            let even_shares = *sel == Selector::RoundRobin
-                || (class.size == Size::Large
-                    && *sel == Selector::QueueLength
-                    && selectors.contains(&Selector::ServiceTime));
-            if *sel == cur.selector || (uneven && even_shares) {
-                continue;
-            }
-            let why = match &caps {
-                Some(c) if clearly_unequal(c) => format!(
-                    "paths differ {:.1}x in measured capacity: a load-aware selector",
-                    spread(c)
-                ),
-                _ => format!("try {} instead of {}", sel.name(), cur.selector.name()),
-            };
-            push(
-                Knob::Selector,
-                &|s| {
-                    s.selector = sel.clone();
-                    s.weights.clear();
-                },
-                why,
-            );
-        }
-        // Back to where the map started, for knobs moved earlier.
-        for k in [Knob::MaxSectorsKb, Knob::QueueDepth, Knob::ActivePaths] {
-            if cur.show(k) != self.initial.show(k) {
-                push(
-                    k,
-                    &|s| *s = s.with(k, &self.initial),
-                    format!("back to the initial {}", k.name()),
-                );
-            }
-        }
-        let key = class.key();
-        // A candidate may move more than its knob (weights bring
-        // service-time with them): none may move a knob that is off limits.
-        out.retain(|(_, s, _)| !cur.diff(s).into_iter().any(|k| self.off_limits(k)));
-        out.retain(|(k, s, _)| {
-            !self.dead.contains(k)
-                && self
-                    .tried
-                    .get(&(key.clone(), *k, trial_value(*k, cur, s)))
-                    .is_none_or(|at| self.last_t - at >= self.cfg.retry_after_s)
-        });
-        out
     }
 
     fn reload_allowed(&self, t: f64) -> bool {
@@ -1569,69 +1129,6 @@ fn trial_value(k: Knob, from: &Settings, to: &Settings) -> String {
         v
     }
 }
-
-/// Paths (or their weights) that differ this much, fastest over slowest,
-/// are unequal: worth weighting, and round-robin holds them back.
-const UNEVEN: f64 = 1.5;
-
-fn clearly_unequal(c: &[f64]) -> bool {
-    spread(c) > UNEVEN
-}
-
-/// Ratio of the largest to the smallest capacity.
-fn spread(c: &[f64]) -> f64 {
-    let max = c.iter().cloned().fold(0.0, f64::max);
-    let min = c.iter().cloned().fold(f64::INFINITY, f64::min);
-    if min > 0.0 { max / min } else { 1.0 }
-}
-
-/// The max_sectors_kb values the tuner splits large requests with.
-const SPLIT_KIB: [u32; 3] = [512, 256, 128];
-
-/// The split that cuts a request of `kib` into at least `pieces`: the
-/// largest of [`SPLIT_KIB`] no bigger than `kib / pieces`, or the smallest.
-fn split_kib(kib: f64, pieces: usize) -> u32 {
-    let each = kib / pieces.max(1) as f64;
-    SPLIT_KIB
-        .into_iter()
-        .find(|kb| *kb as f64 <= each)
-        .unwrap_or(SPLIT_KIB[SPLIT_KIB.len() - 1])
-}
-
-/// service-time weights (1..100) proportional to capacity.
-pub fn weights_from(caps: &[f64]) -> Vec<u32> {
-    let max = caps.iter().cloned().fold(0.0, f64::max);
-    caps.iter()
-        .map(|c| {
-            if max > 0.0 {
-                ((c / max) * 100.0).round().clamp(1.0, 100.0) as u32
-            } else {
-                1
-            }
-        })
-        .collect()
-}
-
-/// Weights worth a trial: some path's share of the traffic moves by more
-/// than `SHARE_STEP`. A move measured against the share itself was
-/// "enough" when a 10 MiB/s path beside an 80 read 9 instead of 10
-/// (13:25:50:100 -> 11:25:50:100): capacity noise, and a trial a 10 s
-/// phase cannot spare (`bench mpath --scenario switch --quick` reverted
-/// two such in a row, 15:29:59:100 -> 12:25:50:100 and -> 11:23:52:100,
-/// at -5.1% and -0.1%).
-fn differs_enough(a: &[u32], b: &[u32]) -> bool {
-    if b.is_empty() || a.len() != b.len() {
-        return true;
-    }
-    let (sa, sb) = (a.iter().sum::<u32>() as f64, b.iter().sum::<u32>() as f64);
-    a.iter()
-        .zip(b)
-        .any(|(x, y)| ((*x as f64 / sa) - (*y as f64 / sb)).abs() > SHARE_STEP)
-}
-
-/// The smallest move of a path's share of the traffic (a fraction of the
-/// whole) that new weights must make to be tried.
-const SHARE_STEP: f64 = 0.05;
 
 #[cfg(test)]
 mod tests;

@@ -77,7 +77,7 @@ impl Run {
             Selector::ServiceTime,
         ];
         Run {
-            tuner: Tuner::new("mpatha", mode, Config::default(), start, sels),
+            tuner: Tuner::new("mpatha", mode, TunerConfig::default(), start, sels),
             t: 0.0,
             applied: vec![],
         }
@@ -387,7 +387,7 @@ fn the_noise_is_the_workloads_not_that_of_two_windows() {
     let mut t = Tuner::new(
         "mpatha",
         Mode::Tune,
-        Config::default(),
+        TunerConfig::default(),
         example(4),
         vec![Selector::ServiceTime],
     );
@@ -697,7 +697,13 @@ fn a_large_reader_tries_queue_length_where_service_time_is_missing() {
     let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
     let sels = vec![Selector::RoundRobin, Selector::QueueLength];
     let mut r = Run {
-        tuner: Tuner::new("mpatha", Mode::Tune, Config::default(), example(4), sels),
+        tuner: Tuner::new(
+            "mpatha",
+            Mode::Tune,
+            TunerConfig::default(),
+            example(4),
+            sels,
+        ),
         t: 0.0,
         applied: vec![],
     };
@@ -1243,7 +1249,7 @@ fn a_trial_is_kept_only_in_a_window_announced_as_judging() {
 #[test]
 fn a_change_that_failed_is_tried_again_later() {
     let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
-    let cfg = Config {
+    let cfg = TunerConfig {
         retry_after_s: 100.0,
         ..Default::default()
     };
@@ -1278,7 +1284,7 @@ fn a_change_that_failed_is_tried_again_later() {
 fn new_settings_apply_to_a_running_tuner() {
     let mut p = Plant::new(asym, vec![10.0, 20.0, 40.0, 80.0]);
     let mut r = Run::new(Mode::Tune, example(4));
-    let cfg = Config {
+    let cfg = TunerConfig {
         windows: 10,
         ..Default::default()
     };
@@ -1341,7 +1347,13 @@ fn a_gain_hidden_by_noise_is_measured_longer() {
     let mut p = Plant::new(f, vec![20.0; 4]);
     p.noise = 0.3;
     let sels = vec![Selector::RoundRobin, Selector::QueueLength];
-    let mut t = Tuner::new("mpatha", Mode::Tune, Config::default(), example(4), sels);
+    let mut t = Tuner::new(
+        "mpatha",
+        Mode::Tune,
+        TunerConfig::default(),
+        example(4),
+        sels,
+    );
     let mut now = 0.0;
     let mut windows_in_trial = 0;
     for _ in 0..40 {
@@ -1360,7 +1372,7 @@ fn a_gain_hidden_by_noise_is_measured_longer() {
     let log = t.drain();
     assert_eq!(t.settings().selector, Selector::QueueLength, "{log:#?}");
     assert!(
-        windows_in_trial > Config::default().windows + 1,
+        windows_in_trial > TunerConfig::default().windows + 1,
         "measured beyond the usual windows: {windows_in_trial}"
     );
 }

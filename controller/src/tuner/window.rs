@@ -127,10 +127,10 @@ impl Per {
 /// The tuner's objective, MiB/s: what the workload got: the bytes it
 /// submitted as bios, but no more than the map issued, so a backlog that
 /// has not been issued yet does not count. (The issue probe counts a
-/// request dm dispatches again after a bounce off a busy path once; when
-/// it counted each dispatch, service-time at queue_depth 2, which bounces
-/// hundreds of times a second in the VM, looked 2-3x better than it was.
-/// Bios stay the measure: they are what the workload asked for.)
+/// request dm dispatches again after a bounce off a busy path once:
+/// counting each dispatch would make a selector that bounces often, as
+/// service-time does at a low queue_depth, look better than it is. Bios
+/// stay the measure: they are what the workload asked for.)
 pub fn objective(issued_mib_s: f64, bio_bytes: u64, interval_s: f64) -> f64 {
     if bio_bytes == 0 || interval_s <= 0.0 {
         return issued_mib_s;
@@ -186,7 +186,7 @@ impl Class {
             // Merged bios were contiguous with a queued request: a merge
             // share is sequentiality the tuner's own queue_depth cannot
             // hide (merged requests reach the paths out of order, which
-            // lowers the request-level share; seen in the VM, seed 001).
+            // lowers the request-level share).
             sequential: w.seq_share >= 0.6 || w.merge_pct >= 25.0,
         })
     }

@@ -24,6 +24,16 @@ pub const BTF_TRACEPOINTS: [&str; 7] = [
 /// The per-bio tracepoint.
 pub const BIO_TRACEPOINT: &str = "block_bio_queue";
 
+/// The tracepoints that fire on every request or bio: time-sampled
+/// observation attaches and detaches their programs. The others fire only
+/// when a merge or a split happens, and stay attached.
+pub const PER_REQUEST: [&str; 4] = [
+    "block_rq_issue",
+    "block_rq_requeue",
+    "block_rq_complete",
+    BIO_TRACEPOINT,
+];
+
 /// The tracepoints attached: every one of [`BTF_TRACEPOINTS`], and
 /// [`BIO_TRACEPOINT`] when `bio`.
 pub fn tracepoints(bio: bool) -> impl Iterator<Item = &'static str> {

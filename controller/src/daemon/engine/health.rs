@@ -6,11 +6,8 @@ use anyhow::{Context, Result};
 
 use super::{Engine, say};
 use crate::{
-    blockdev::DevNum,
-    daemon::{actuator, policy::marginal},
-    mpath::grouping,
-    observer::DeviceInterval,
-    tuner::Mode,
+    blockdev::DevNum, daemon::actuator, mpath::grouping, observer::DeviceInterval,
+    policy::marginal, tuner::Mode,
 };
 
 impl Engine {
@@ -68,7 +65,7 @@ impl Engine {
         let name = self.maps[mi].name.clone();
         let mut why = vec![];
         for c in &changes {
-            let path = self.path_name(mi, c.dev);
+            let path = self.maps[mi].path_name(c.dev);
             say!("{name}: path {path} ({}) {}: {}", c.dev, c.to, c.why);
             why.push(format!("path {path} {}: {}", c.to, c.why));
         }
@@ -79,14 +76,6 @@ impl Engine {
             tu.health_changed(t, format!("{why} (advise: the map is left as it is)"), None);
             self.drain_tuner(mi);
         }
-    }
-
-    fn path_name(&self, mi: usize, dev: DevNum) -> String {
-        self.maps[mi]
-            .paths
-            .iter()
-            .find(|p| p.dev == dev)
-            .map_or_else(|| dev.to_string(), |p| p.name.clone())
     }
 
     /// Sets aside what the health model calls marginal now, and takes
@@ -101,7 +90,7 @@ impl Engine {
                 let aside: Vec<String> = self.maps[mi]
                     .set_aside
                     .iter()
-                    .map(|d| self.path_name(mi, *d))
+                    .map(|d| self.maps[mi].path_name(*d))
                     .collect();
                 say!(
                     "{name}: regrouped: set aside in the last group: {} (reload stalled I/O \
@@ -193,7 +182,7 @@ impl Engine {
         let now = self.read_settings(mi).ok();
         let why = format!(
             "path {} unmarked by the operator: healthy",
-            self.path_name(mi, dev)
+            self.maps[mi].path_name(dev)
         );
         if let Some(tu) = self.maps[mi].tuner.as_mut() {
             tu.health_changed(t, why, now);

@@ -10,26 +10,29 @@ use std::{
 
 use anyhow::Result;
 
-use super::{AluaSeen, Engine, MapEntry, PathEntry, WHO, available_selectors, note_status, say};
+use super::{
+    Engine, WHO,
+    figures::MapFigures,
+    map_entry::{AluaSeen, MapEntry, PathEntry},
+    say,
+};
 use crate::{
     blockdev::{BlockDev, DevNum},
-    daemon::{
-        actuator,
-        policy::{
-            failback, hotplug, marginal,
-            no_path_retry::NoPathRetry,
-            outside,
-            repair::{self, Repair},
-            schedule::Look,
-            sync,
-        },
-    },
+    daemon::actuator,
     discovery::{self, alua::Alua, naming},
     dm::Message,
     lock::MapLock,
     mpath::{
         Feature, MultipathStatus, MultipathTable, Selector,
         grouping::{self, Candidate, Grouping},
+    },
+    policy::{
+        failback, hotplug, marginal,
+        no_path_retry::NoPathRetry,
+        outside,
+        repair::{self, Repair},
+        schedule::Look,
+        sync,
     },
     tuner::Tuner,
 };
@@ -231,12 +234,8 @@ impl Engine {
             tuner: None,
             last_path_change: None,
             last_event: 0,
-            rates: Default::default(),
-            path_rates: Default::default(),
-            totals: Default::default(),
-            cgroups: vec![],
-            class: None,
-            health: marginal::Model::new(self.cfg.marginal.clone()),
+            figures: MapFigures::default(),
+            health: marginal::HealthModel::new(self.cfg.marginal.clone()),
             set_aside: vec![],
             alua_seen: Default::default(),
             look: Look::new(Instant::now(), self.uevents.is_some()),
@@ -265,13 +264,13 @@ impl Engine {
         // while no daemon ran.
         let mi = self.maps.len() - 1;
         if managed && !admin_failed.is_empty() && !self.hands_off() {
-            let held = self.held(&self.maps[mi]);
+            let held = self.maps[mi].held(&self.checkers);
             match sync::sync(&self.dm, &name, &held) {
                 Ok(s) => {
                     for (d, why) in s.refailed {
                         say!("{name}: {d} failed again at start ({})", why.word());
                     }
-                    note_status(&mut self.maps[mi], &s.status, Instant::now());
+                    self.maps[mi].note_status(&s.status, Instant::now());
                 }
                 Err(e) => say!("{name}: cannot fail the operator's failed paths: {e}"),
             }
@@ -462,7 +461,7 @@ impl Engine {
             let Ok(st) = self.dm.multipath_status(&name) else {
                 continue;
             };
-            note_status(&mut self.maps[mi], &st, now);
+            self.maps[mi].note_status(&st, now);
             self.fail_back(mi, &st);
             self.note_returns(mi, &st, now);
         }
@@ -516,9 +515,9 @@ impl Engine {
     /// Map `mi`'s event counter and whether it is suspended: from the one
     /// list of every map (`events`) and its sysfs `dm/suspended`, through
     /// a kept file. An info ioctl per map instead copies the crate's 16 KiB
-    /// buffer each way; at 16 maps those were most of the idle daemon's
-    /// time in the kernel. A kernel whose list carries no event counters,
-    /// or a map whose attribute does not read, is asked by info.
+    /// buffer each way, which grows with the maps into most of an idle
+    /// daemon's time in the kernel. A kernel whose list carries no event
+    /// counters, or a map whose attribute does not read, is asked by info.
     fn event_and_suspended(
         &mut self,
         mi: usize,
@@ -834,4 +833,16 @@ fn candidates<'a>(paths: impl IntoIterator<Item = &'a discovery::PathDevice>) ->
             tpg: p.alua.and_then(|a| a.group),
         })
         .collect()
+}
+
+/// The selectors the tuner may try: those the kernel can load.
+fn available_selectors() -> Vec<Selector> {
+    [
+        Selector::ServiceTime,
+        Selector::QueueLength,
+        Selector::RoundRobin,
+    ]
+    .into_iter()
+    .filter(|s| crate::dm::selector_available(s.name()))
+    .collect()
 }

@@ -8,10 +8,8 @@ use std::collections::BTreeSet;
 use super::{Engine, say};
 use crate::{
     blockdev::DevNum,
-    daemon::{
-        actuator,
-        protocol::{ErrorCode, Request, Response},
-    },
+    ctl::protocol::{ControlRequest, ErrorCode, Response},
+    daemon::actuator,
     dm::Message,
     lock::LockError,
     mpath::MultipathTable,
@@ -20,12 +18,12 @@ use crate::{
 };
 
 /// The tuner's knob for a sysfs knob an operator sets.
-fn tuner_knob(k: sysfs_knobs::Knob) -> Knob {
+fn tuner_knob(k: sysfs_knobs::QueueKnob) -> Knob {
     match k {
-        sysfs_knobs::Knob::MaxSectorsKb => Knob::MaxSectorsKb,
-        sysfs_knobs::Knob::NrRequests => Knob::NrRequests,
-        sysfs_knobs::Knob::Scheduler => Knob::Scheduler,
-        sysfs_knobs::Knob::QueueDepth => Knob::QueueDepth,
+        sysfs_knobs::QueueKnob::MaxSectorsKb => Knob::MaxSectorsKb,
+        sysfs_knobs::QueueKnob::NrRequests => Knob::NrRequests,
+        sysfs_knobs::QueueKnob::Scheduler => Knob::Scheduler,
+        sysfs_knobs::QueueKnob::QueueDepth => Knob::QueueDepth,
     }
 }
 
@@ -37,18 +35,18 @@ fn lock_err(e: anyhow::Error) -> Response {
 }
 
 impl Engine {
-    pub(super) fn handle(&mut self, r: Request) -> Response {
+    pub(super) fn handle(&mut self, r: ControlRequest) -> Response {
         let t = self.t();
         match r {
-            Request::Status | Request::Log { .. } => {
+            ControlRequest::Status | ControlRequest::Log { .. } => {
                 Response::err(ErrorCode::BadRequest, "reads are served by the socket")
             }
-            Request::Pause { map } => self.pause(&map, true, t),
-            Request::Resume { map } => self.pause(&map, false, t),
-            Request::Fail { path } => self.path_message(&path, true),
-            Request::Reinstate { path } => self.path_message(&path, false),
-            Request::Unmark { path } => self.op_unmark(&path),
-            Request::Mode { mode, map } => {
+            ControlRequest::Pause { map } => self.pause(&map, true, t),
+            ControlRequest::Resume { map } => self.pause(&map, false, t),
+            ControlRequest::Fail { path } => self.path_message(&path, true),
+            ControlRequest::Reinstate { path } => self.path_message(&path, false),
+            ControlRequest::Unmark { path } => self.op_unmark(&path),
+            ControlRequest::Mode { mode, map } => {
                 let mut n = 0;
                 for m in &mut self.maps {
                     if map.as_deref().is_none_or(|x| x == m.name)
@@ -70,9 +68,9 @@ impl Engine {
                     }
                 }
             }
-            Request::Reload { map, expect, table } => self.op_reload(&map, &expect, &table),
-            Request::Set { target, settings } => self.op_set(&target, &settings),
-            Request::Release { map, knobs } => self.op_release(&map, &knobs),
+            ControlRequest::Reload { map, expect, table } => self.op_reload(&map, &expect, &table),
+            ControlRequest::Set { target, settings } => self.op_set(&target, &settings),
+            ControlRequest::Release { map, knobs } => self.op_release(&map, &knobs),
         }
     }
 
@@ -115,24 +113,8 @@ impl Engine {
     }
 
     fn log_operator(&mut self, map: &str, reason: String) {
-        let d = Decision {
-            t: self.t(),
-            map: map.into(),
-            class: None,
-            knob: None,
-            old: String::new(),
-            new: String::new(),
-            before_mib_s: None,
-            after_mib_s: None,
-            reason,
-            outcome: Outcome::Operator,
-        };
-        Self::log_decision(
-            &mut self.decisions,
-            &mut self.decision_counts,
-            &mut self.next_seq,
-            d,
-        );
+        let d = Decision::note(self.t(), map, reason, Outcome::Operator);
+        self.log.log(d);
     }
 
     fn pause(&mut self, map: &str, paused: bool, t: f64) -> Response {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use crate::{
     blockdev::DevNum,
-    daemon::ops::MapOps,
     dm::{DmError, Message, ReloadTiming},
     mpath::{MultipathStatus, MultipathTable, PathState},
+    policy::ops::MapOps,
 };
 
 /// Why a path is held failed.
@@ -106,9 +106,9 @@ pub fn reload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::ops::fake::FakeDm;
+    use crate::policy::ops::fake::FakeDm;
 
-    use crate::daemon::policy::testing::{T3 as T, d};
+    use crate::policy::testing::{T3 as T, d};
 
     #[test]
     fn held_paths_stay_failed_across_a_reload() {
@@ -131,7 +131,7 @@ mod tests {
         );
         assert!(r.synced.errors.is_empty());
         assert_eq!(
-            crate::daemon::ops::failed_in(&r.synced.status),
+            crate::policy::ops::failed_in(&r.synced.status),
             vec![d(16), d(32)]
         );
         // The messages come after the reload, never before it.
@@ -157,7 +157,7 @@ mod tests {
         // stands for after.
         let s = sync(&dm, "mpatha", &held).unwrap();
         assert!(s.refailed.is_empty());
-        assert_eq!(crate::daemon::ops::failed_in(&s.status), vec![d(16)]);
+        assert_eq!(crate::policy::ops::failed_in(&s.status), vec![d(16)]);
         assert_eq!(dm.calls().len(), 1);
     }
 

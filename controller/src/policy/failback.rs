@@ -61,7 +61,7 @@ pub fn serving(st: &MultipathStatus, dev: DevNum) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::policy::testing::d;
+    use crate::policy::testing::d;
 
     fn st(s: &str) -> MultipathStatus {
         s.parse().unwrap()

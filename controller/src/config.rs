@@ -5,14 +5,18 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
-use super::policy::marginal;
 use crate::{
     discovery::{Filter, Rule},
     mpath::{Selector, grouping::Grouping},
+    policy::marginal,
     tuner::{self, Mode},
 };
 
 pub const DEFAULT_PATH: &str = "/etc/pathpilot/config.toml";
+
+/// The metrics endpoint's default address (loopback: metrics reveal the
+/// storage layout).
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9777";
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -47,7 +51,7 @@ pub struct Config {
     pub maps: MapsConfig,
     pub checker: CheckerConfig,
     pub tuner: TunerConfig,
-    pub marginal: marginal::Config,
+    pub marginal: marginal::MarginalConfig,
     pub filter: FilterConfig,
 }
 
@@ -120,13 +124,13 @@ impl Default for Config {
             window_secs: 5.0,
             socket: "/run/pathpilot/control.sock".into(),
             read_group: None,
-            metrics: "127.0.0.1:9777".into(),
+            metrics: DEFAULT_METRICS.into(),
             bio_probe: false,
             observe_duty: 0.25,
             maps: MapsConfig::default(),
             checker: CheckerConfig::default(),
             tuner: TunerConfig::default(),
-            marginal: marginal::Config::default(),
+            marginal: marginal::MarginalConfig::default(),
             filter: FilterConfig::default(),
         }
     }
@@ -159,7 +163,7 @@ impl Default for CheckerConfig {
 
 impl Default for TunerConfig {
     fn default() -> Self {
-        let t = tuner::Config::default();
+        let t = tuner::TunerConfig::default();
         TunerConfig {
             windows: t.windows,
             settle_windows: t.settle_windows,
@@ -396,9 +400,9 @@ impl Config {
         }
     }
 
-    pub fn tuner(&self) -> tuner::Config {
+    pub fn tuner(&self) -> tuner::TunerConfig {
         let t = &self.tuner;
-        tuner::Config {
+        tuner::TunerConfig {
             windows: t.windows,
             settle_windows: t.settle_windows,
             min_gain: t.min_gain_pct / 100.0,
@@ -916,7 +920,7 @@ allow = ["wwid=^3500"]
 
     #[test]
     fn the_configuration_page_shows_the_documented_defaults() {
-        let page = include_str!("../../../docs/configuration.md");
+        let page = include_str!("../../docs/configuration.md");
         let block = page
             .split("```toml\n")
             .nth(1)

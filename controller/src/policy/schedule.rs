@@ -1,9 +1,10 @@
-//! When the daemon looks at what it cannot be told about cheaply. At 64
-//! paths, reading every disk in sysfs each check interval and every map's
-//! knobs each window was most of the daemon's CPU; the kernel's uevents say
-//! when a disk came or went and when a map's table was swapped, so the full
-//! looks happen on those events, with a slow periodic look in case an event
-//! was lost (or for what sends none: a knob written in sysfs).
+//! When the daemon looks at what it cannot be told about cheaply. Reading
+//! every disk in sysfs each check interval and every map's knobs each
+//! window grows with the paths into most of the daemon's CPU; the kernel's
+//! uevents say when a disk came or went and when a map's table was
+//! swapped, so the full looks happen on those events, with a slow periodic
+//! look in case an event was lost (or for what sends none: a knob written
+//! in sysfs).
 use std::time::{Duration, Instant};
 
 use crate::discovery::uevent::Drained;

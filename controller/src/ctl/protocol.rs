@@ -1,7 +1,7 @@
 //! The control socket's protocol: one JSON object per line each way.
 //!
 //! Request: `{"cmd": "status"}`, `{"cmd": "log", "since": 12}`,
-//! `{"cmd": "pause", "map": "mpatha"}`, ... (see [`Request`]).
+//! `{"cmd": "pause", "map": "mpatha"}`, ... (see [`ControlRequest`]).
 //! Response: `{"ok": true, "data": ...}` or
 //! `{"ok": false, "code": "not_found", "error": "no map 'mpathz'"}`.
 use serde::{Deserialize, Serialize};
@@ -14,7 +14,7 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Request {
+pub enum ControlRequest {
     /// Everything: maps, paths, figures, tuner states, recent decisions.
     Status,
     /// Decisions with a sequence number above `since` (all kept if absent).
@@ -69,10 +69,10 @@ pub enum Request {
     },
 }
 
-impl Request {
+impl ControlRequest {
     /// Whether the request changes anything (root only).
     pub fn is_change(&self) -> bool {
-        !matches!(self, Request::Status | Request::Log { .. })
+        !matches!(self, ControlRequest::Status | ControlRequest::Log { .. })
     }
 }
 
@@ -130,7 +130,7 @@ impl Response {
 }
 
 /// Parses one request line, with an error a client can act on.
-pub fn parse(line: &str) -> Result<Request, Response> {
+pub fn parse(line: &str) -> Result<ControlRequest, Response> {
     serde_json::from_str(line).map_err(|e| {
         let what = if serde_json::from_str::<serde_json::Value>(line).is_err() {
             format!("not JSON: {e}")
@@ -147,16 +147,19 @@ mod tests {
 
     #[test]
     fn requests_parse() {
-        assert_eq!(parse(r#"{"cmd":"status"}"#).unwrap(), Request::Status);
+        assert_eq!(
+            parse(r#"{"cmd":"status"}"#).unwrap(),
+            ControlRequest::Status
+        );
         assert_eq!(
             parse(r#"{"cmd":"pause","map":"mpatha"}"#).unwrap(),
-            Request::Pause {
+            ControlRequest::Pause {
                 map: "mpatha".into()
             }
         );
         assert_eq!(
             parse(r#"{"cmd":"mode","mode":"advise"}"#).unwrap(),
-            Request::Mode {
+            ControlRequest::Mode {
                 mode: Mode::Advise,
                 map: None
             }
@@ -165,14 +168,14 @@ mod tests {
         assert_eq!(
             parse(r#"{"cmd":"release","map":"mpatha","knobs":["selector","max_sectors_kb"]}"#)
                 .unwrap(),
-            Request::Release {
+            ControlRequest::Release {
                 map: "mpatha".into(),
                 knobs: vec![Knob::Selector, Knob::MaxSectorsKb]
             }
         );
         assert_eq!(
             parse(r#"{"cmd":"release","map":"mpatha"}"#).unwrap(),
-            Request::Release {
+            ControlRequest::Release {
                 map: "mpatha".into(),
                 knobs: vec![]
             }
@@ -181,7 +184,7 @@ mod tests {
         assert!(parse(r#"{"cmd":"reload","map":"m","expect":"a","table":"b"}"#).is_ok());
         assert_eq!(
             parse(r#"{"cmd":"unmark","path":"sdb"}"#).unwrap(),
-            Request::Unmark { path: "sdb".into() }
+            ControlRequest::Unmark { path: "sdb".into() }
         );
     }
 
@@ -203,46 +206,46 @@ mod tests {
 
     /// One request of every kind. The match fails to compile when a kind
     /// is added, so that it is added here, and to the page, too.
-    fn every_kind() -> Vec<Request> {
+    fn every_kind() -> Vec<ControlRequest> {
         let all = vec![
-            Request::Status,
-            Request::Log { since: None },
-            Request::Pause { map: "m".into() },
-            Request::Resume { map: "m".into() },
-            Request::Fail { path: "p".into() },
-            Request::Reinstate { path: "p".into() },
-            Request::Unmark { path: "p".into() },
-            Request::Mode {
+            ControlRequest::Status,
+            ControlRequest::Log { since: None },
+            ControlRequest::Pause { map: "m".into() },
+            ControlRequest::Resume { map: "m".into() },
+            ControlRequest::Fail { path: "p".into() },
+            ControlRequest::Reinstate { path: "p".into() },
+            ControlRequest::Unmark { path: "p".into() },
+            ControlRequest::Mode {
                 mode: Mode::Tune,
                 map: None,
             },
-            Request::Reload {
+            ControlRequest::Reload {
                 map: "m".into(),
                 expect: "a".into(),
                 table: "b".into(),
             },
-            Request::Set {
+            ControlRequest::Set {
                 target: "m".into(),
                 settings: vec![],
             },
-            Request::Release {
+            ControlRequest::Release {
                 map: "m".into(),
                 knobs: vec![],
             },
         ];
         for r in &all {
             match r {
-                Request::Status
-                | Request::Log { .. }
-                | Request::Pause { .. }
-                | Request::Resume { .. }
-                | Request::Fail { .. }
-                | Request::Reinstate { .. }
-                | Request::Unmark { .. }
-                | Request::Mode { .. }
-                | Request::Reload { .. }
-                | Request::Set { .. }
-                | Request::Release { .. } => {}
+                ControlRequest::Status
+                | ControlRequest::Log { .. }
+                | ControlRequest::Pause { .. }
+                | ControlRequest::Resume { .. }
+                | ControlRequest::Fail { .. }
+                | ControlRequest::Reinstate { .. }
+                | ControlRequest::Unmark { .. }
+                | ControlRequest::Mode { .. }
+                | ControlRequest::Reload { .. }
+                | ControlRequest::Set { .. }
+                | ControlRequest::Release { .. } => {}
             }
         }
         all
@@ -308,9 +311,9 @@ mod tests {
 
     #[test]
     fn changes_are_marked() {
-        assert!(!Request::Status.is_change());
-        assert!(!Request::Log { since: None }.is_change());
-        assert!(Request::Fail { path: "sda".into() }.is_change());
-        assert!(Request::Unmark { path: "sda".into() }.is_change());
+        assert!(!ControlRequest::Status.is_change());
+        assert!(!ControlRequest::Log { since: None }.is_change());
+        assert!(ControlRequest::Fail { path: "sda".into() }.is_change());
+        assert!(ControlRequest::Unmark { path: "sda".into() }.is_change());
     }
 }

@@ -1,32 +1,10 @@
-//! Prometheus metrics: the text exposition format 0.0.4 rendered from the
-//! published [`DaemonStatus`], served by a minimal HTTP/1.1 server on
-//! `GET /metrics` (one request per connection, then close).
-//!
-//! Counters and histograms come from the cumulative [`Totals`]; gauges from
-//! the last window. Every family is written once with HELP and TYPE, even
-//! when it has no series, so dashboards and alerts see a stable schema.
-use std::{fmt::Write as _, net::SocketAddr, sync::Arc, time::Duration};
+//! The exposition text of a [`DaemonStatus`]. Counters and histograms
+//! come from the cumulative [`Totals`]; gauges from the last window. Every
+//! family is written once with HELP and TYPE, even when it has no series,
+//! so dashboards and alerts see a stable schema.
+use std::fmt::Write as _;
 
-use anyhow::{Context, Result};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::Semaphore,
-    time::timeout,
-};
-
-use super::{
-    shared::Shared,
-    status::{DaemonStatus, MapState, PathState, Totals},
-};
-
-/// The default listen address (loopback: metrics reveal the storage layout).
-pub const DEFAULT_ADDR: &str = "127.0.0.1:9777";
-
-/// A scrape request's head is a few hundred bytes; more is not a scraper.
-const MAX_REQUEST: usize = 8 * 1024;
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_CONNECTIONS: usize = 16;
+use crate::ctl::status::{DaemonStatus, MapReport, PathReport, Totals};
 
 /// Size buckets hold [2^k, 2^(k+1)) bytes, so `le` is 2^(k+1) - 1: exact,
 /// where a bound of 2^(k+1) would wrongly claim the 2^(k+1)-byte requests
@@ -346,8 +324,8 @@ pub fn render(s: &DaemonStatus) -> String {
         );
     }
 
-    let map_l = |m: &MapState| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
-    let maps: Vec<(String, &MapState)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
+    let map_l = |m: &MapReport| labels(&[("map", &m.name), ("wwid", &m.wwid)]);
+    let maps: Vec<(String, &MapReport)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
     let map_totals: Vec<(String, &Totals)> =
         maps.iter().map(|(l, m)| (l.clone(), &m.totals)).collect();
     device_families(&mut o, "map", &map_totals);
@@ -416,7 +394,7 @@ pub fn render(s: &DaemonStatus) -> String {
         }
     }
 
-    let paths: Vec<(String, &PathState)> = s
+    let paths: Vec<(String, &PathReport)> = s
         .maps
         .iter()
         .flat_map(|m| {
@@ -520,316 +498,12 @@ pub fn render(s: &DaemonStatus) -> String {
     o.0
 }
 
-/// Listens for scrapes; binding fails early (address in use) so the daemon
-/// can report it at start.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen for metrics on {addr}"))
-}
-
-/// Binds `addr` and serves `/metrics` until the task is dropped.
-pub async fn serve(addr: SocketAddr, shared: Shared) -> Result<()> {
-    let l = bind(addr).await?;
-    serve_listener(l, shared).await;
-    Ok(())
-}
-
-pub async fn serve_listener(listener: TcpListener, shared: Shared) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    let _ = stream.try_write(&response(
-                        "503 Service Unavailable",
-                        "text/plain",
-                        b"busy\n",
-                        false,
-                    ));
-                    continue;
-                };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    http(stream, shared).await;
-                    drop(slot);
-                });
-            }
-            Err(e) => {
-                eprintln!("pathpilot: metrics: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-fn response(status: &str, ctype: &str, body: &[u8], head_only: bool) -> Vec<u8> {
-    let mut r = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if status.starts_with("405") {
-        r.push_str("Allow: GET, HEAD\r\n");
-    }
-    r.push_str("\r\n");
-    let mut r = r.into_bytes();
-    if !head_only {
-        r.extend_from_slice(body);
-    }
-    r
-}
-
-/// Reads the request head; `false` when it exceeds the limit.
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
-    let mut chunk = [0u8; 1024];
-    loop {
-        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
-            return Ok(true);
-        }
-        if buf.len() > MAX_REQUEST {
-            return Ok(false);
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// The response to a request head.
-fn route(head: &[u8], shared: &Shared) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    let mut first = text.lines().next().unwrap_or("").split_whitespace();
-    let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let head_only = method == "HEAD";
-    if method != "GET" && !head_only {
-        return response("405 Method Not Allowed", "text/plain", b"only GET\n", false);
-    }
-    if path != "/metrics" {
-        return response("404 Not Found", "text/plain", b"see /metrics\n", head_only);
-    }
-    let body = shared.with_status(render);
-    response(
-        "200 OK",
-        "text/plain; version=0.0.4; charset=utf-8",
-        body.as_bytes(),
-        head_only,
-    )
-}
-
-async fn http(mut stream: TcpStream, shared: Shared) {
-    let mut buf = Vec::with_capacity(1024);
-    let reply = match timeout(IO_TIMEOUT, read_head(&mut stream, &mut buf)).await {
-        Ok(Ok(true)) => {
-            shared.fresh().await;
-            route(&buf, &shared)
-        }
-        Ok(Ok(false)) => response(
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            b"request too large\n",
-            false,
-        ),
-        _ => return,
-    };
-    let _ = timeout(IO_TIMEOUT, async {
-        stream.write_all(&reply).await?;
-        stream.shutdown().await
-    })
-    .await;
-}
-
-/// A status with every kind of figure, shared by the daemon's and the
-/// CLI's tests.
-#[cfg(test)]
-pub(crate) fn example_status() -> DaemonStatus {
-    use super::status::{LoggedDecision, Rates};
-    use crate::{
-        mpath::Selector,
-        tuner::{Decision, Knob, Mode, Outcome, Settings},
-    };
-
-    let totals = |k: u64| Totals {
-        read_ios: 100 * k,
-        write_ios: 10 * k,
-        read_bytes: 100 * k * 65536,
-        write_bytes: 10 * k * 4096,
-        errors: k - 1,
-        merges: 7 * k,
-        size_hist: vec![(4096, 10 * k), (65536, 100 * k)],
-        lat_hist: vec![(0, 1), (131072, 60 * k), (1 << 20, 50 * k), (1 << 40, 1)],
-        lat_sum_ns: 110 * k * 400_000,
-    };
-    let rates = |mib: f64| Rates {
-        interval_s: 1.0,
-        iops: mib * 16.0,
-        read_mib_s: mib,
-        write_mib_s: 0.5,
-        avg_request_kib: 64.0,
-        merge_pct: 12.5,
-        lat_p50_us: Some(250.0),
-        lat_p99_us: Some(1800.0),
-        inflight: 4,
-        inflight_max: 16,
-        util_pct: Some(80.0),
-        seq_pct: Some(95.0),
-        lat_by_size: vec![crate::daemon::status::SizeLatency {
-            class: "<16k".into(),
-            samples: 100,
-            p50_us: Some(250.0),
-            p99_us: Some(1800.0),
-        }],
-    };
-    let path = |name: &str, dev: &str, k: u64, state: &str, checker: &str| PathState {
-        name: name.into(),
-        dev: dev.into(),
-        hctl: format!("2:0:0:{k}"),
-        group: 1,
-        dm_state: state.into(),
-        fail_count: u32::from(state != "active"),
-        checker: checker.into(),
-        checker_ms: Some(1.5),
-        weight: Some(10 * k as u32),
-        share_pct: if state == "active" { 75.0 } else { 25.0 },
-        rates: rates(10.0 * k as f64),
-        totals: totals(k),
-        operator_failed: false,
-        health: if k == 2 { "marginal" } else { "healthy" }.into(),
-        port_return_s: None,
-    };
-    let decision = |seq: u64, knob: Option<Knob>, old: &str, new: &str, outcome, reason: &str| {
-        LoggedDecision {
-            seq,
-            unix: 1_700_000_000.0 + seq as f64 * 61.0,
-            decision: Decision {
-                t: seq as f64 * 61.0,
-                map: "mpatha".into(),
-                class: Some("read/large/seq".into()),
-                knob,
-                old: old.into(),
-                new: new.into(),
-                before_mib_s: knob.map(|_| 17.5),
-                after_mib_s: knob.map(|_| 33.7),
-                reason: reason.into(),
-                outcome,
-            },
-        }
-    };
-    DaemonStatus {
-        bpf_watched: 5,
-        bpf_counted: 5,
-        bio_probe: true,
-        observed_pct: 100.0,
-        bpf_stats: Some(true),
-        bpf_programs: vec![
-            crate::observer::ProgramCost {
-                program: "block_rq_complete".into(),
-                runs: 4000,
-                run_ns: 480_000,
-            },
-            crate::observer::ProgramCost {
-                program: "block_rq_issue".into(),
-                runs: 2000,
-                run_ns: 130_000,
-            },
-        ],
-        engine_secs: vec![("window".into(), 0.25), ("rescan".into(), 1.5)],
-        version: "0.1.0".into(),
-        pid: 4321,
-        mode: Some(Mode::Tune),
-        started_unix: 1_700_000_000.0,
-        config: "/etc/pathpilot/config.toml".into(),
-        window_s: 2.0,
-        multipathd: None,
-        maps: vec![
-            MapState {
-                name: "mpatha".into(),
-                wwid: "36001405aaaa\"quoted\\".into(),
-                dm_name: "dm-0".into(),
-                dev: "254:0".into(),
-                vendor_model: "LIO-ORG disk".into(),
-                size_sectors: 2_097_152,
-                managed: true,
-                unmanaged_reason: None,
-                selector: "service-time".into(),
-                features: "queue_if_no_path".into(),
-                hwhandler: "0".into(),
-                state: "degraded".into(),
-                mode: Some(Mode::Tune),
-                tuner: "tune".into(),
-                paused: false,
-                class: Some("read/large/seq".into()),
-                pinned: vec![],
-                outside_change: None,
-                settings: Some(Settings {
-                    selector: Selector::ServiceTime,
-                    weights: vec![10, 20],
-                    active_paths: 2,
-                    max_sectors_kb: 512,
-                    nr_requests: 256,
-                    scheduler: "mq-deadline".into(),
-                    queue_depth: 32,
-                }),
-                rates: rates(30.0),
-                totals: totals(3),
-                paths: vec![
-                    path("sdb", "8:16", 1, "active", "ready"),
-                    path("sdc", "8:32", 2, "failed", "faulty"),
-                ],
-                cgroups: vec![(1234, 3 << 20), (99, 1 << 20)],
-            },
-            MapState {
-                name: "mpathb".into(),
-                wwid: "36001405bbbb".into(),
-                dm_name: "dm-1".into(),
-                dev: "254:1".into(),
-                managed: false,
-                unmanaged_reason: Some("owned by multipathd".into()),
-                selector: "round-robin".into(),
-                state: "ok".into(),
-                tuner: "observe".into(),
-                paused: true,
-                totals: Totals::default(),
-                ..Default::default()
-            },
-        ],
-        decisions: Arc::new(vec![
-            decision(1, None, "", "", Outcome::Paused, "path sdc failed"),
-            decision(
-                2,
-                Some(Knob::MaxSectorsKb),
-                "1280",
-                "512",
-                Outcome::Kept,
-                "large requests split across paths: +92%",
-            ),
-            decision(
-                3,
-                Some(Knob::Selector),
-                "service-time",
-                "round-robin",
-                Outcome::Reverted,
-                "gain 1.2% within noise",
-            ),
-        ]),
-        decision_counts: vec![
-            ("kept".into(), 1),
-            ("reverted".into(), 1),
-            ("paused".into(), 1),
-        ],
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::{
-        collections::{BTreeMap, BTreeSet},
-        io::{Read, Write},
-    };
+    use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
+    use crate::ctl::fixture::example_status;
 
     fn families(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
         let mut types = BTreeMap::new();
@@ -1005,7 +679,7 @@ mod tests {
     /// Every metric the Grafana dashboard queries is one `render` produces.
     #[test]
     fn grafana_uses_only_exported_metrics() {
-        let json = include_str!("../../../dashboards/grafana/pathpilot.json");
+        let json = include_str!("../../../../dashboards/grafana/pathpilot.json");
         let dash: serde_json::Value = serde_json::from_str(json).expect("the dashboard is JSON");
         assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 5));
         let (types, _) = families(&render(&example_status()));
@@ -1039,56 +713,5 @@ mod tests {
         for name in &used {
             assert!(family_of(&types, name).is_some(), "{name} is not exported");
         }
-    }
-
-    #[test]
-    fn http_serves_metrics_only() {
-        let (shared, _rx) = Shared::new(example_status());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-                tx.send(l.local_addr().unwrap()).unwrap();
-                serve_listener(l, shared).await
-            })
-        });
-        let addr = rx.recv().unwrap();
-        let get = |req: &[u8]| {
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let _ = s.write_all(req);
-            let mut out = Vec::new();
-            let _ = s.read_to_end(&mut out);
-            String::from_utf8_lossy(&out).into_owned()
-        };
-        let r = get(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
-        assert!(r.contains("Content-Type: text/plain; version=0.0.4"), "{r}");
-        let (head, body) = r.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains(&format!("Content-Length: {}", body.len())));
-        assert_eq!(body, render(&example_status()));
-        let r = get(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
-        let r = get(b"GET / HTTP/1.1\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
-        let r = get(b"POST /metrics HTTP/1.1\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
-        let r = get(b"HEAD /metrics HTTP/1.1\r\n\r\n");
-        assert!(
-            r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\n"),
-            "{r}"
-        );
-        let mut big = b"GET /metrics HTTP/1.1\r\n".to_vec();
-        big.extend(std::iter::repeat_n(b'x', 20_000));
-        let r = get(&big);
-        assert!(r.starts_with("HTTP/1.1 431"), "{r}");
-        // A client that sends nothing does not stop the next one.
-        let _idle = std::net::TcpStream::connect(addr).unwrap();
-        let r = get(b"GET /metrics HTTP/1.1\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
     }
 }

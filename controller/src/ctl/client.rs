@@ -11,8 +11,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    protocol::{ErrorCode, Request, Response},
-    status::MapState,
+    protocol::{ControlRequest, ErrorCode, Response},
+    status::MapReport,
 };
 use crate::tuner::Mode;
 
@@ -60,13 +60,13 @@ fn os_text(e: &io::Error) -> String {
 
 /// Sends one request and reads its response (which may be an error
 /// response: see [`call`] for the data or a [`ClientError::Refused`]).
-pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
+pub fn request(socket: &Path, req: &ControlRequest) -> Result<Response, ClientError> {
     request_with_timeout(socket, req, TIMEOUT)
 }
 
 pub fn request_with_timeout(
     socket: &Path,
-    req: &Request,
+    req: &ControlRequest,
     timeout: Duration,
 ) -> Result<Response, ClientError> {
     let line = serde_json::to_vec(req).map_err(|e| ClientError::BadReply(e.to_string()))?;
@@ -122,7 +122,7 @@ pub fn request_line(
 }
 
 /// Sends one request; the response's data, or its error as `Refused`.
-pub fn call(socket: &Path, req: &Request) -> Result<serde_json::Value, ClientError> {
+pub fn call(socket: &Path, req: &ControlRequest) -> Result<serde_json::Value, ClientError> {
     into_data(request(socket, req)?)
 }
 
@@ -185,7 +185,7 @@ pub struct StatusView {
     #[serde(default)]
     pub window_s: f64,
     #[serde(default)]
-    pub maps: Vec<MapState>,
+    pub maps: Vec<MapReport>,
     #[serde(default)]
     pub decisions: Vec<LogEntry>,
     /// Absent from an older daemon's status, which always probed bios.
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn no_daemon_is_one_clear_line() {
         let p = Path::new("/nonexistent-pathpilot-dir/control.sock");
-        let e = request(p, &Request::Status).unwrap_err();
+        let e = request(p, &ControlRequest::Status).unwrap_err();
         assert!(matches!(e, ClientError::NoDaemon { .. }));
         assert!(std::error::Error::source(&e).is_none(), "said once");
         assert_eq!(

@@ -57,7 +57,7 @@ pub struct SizeLatency {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PathState {
+pub struct PathReport {
     /// Kernel name (`sdb`).
     pub name: String,
     /// `maj:min`.
@@ -93,7 +93,7 @@ pub struct PathState {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct MapState {
+pub struct MapReport {
     pub name: String,
     pub wwid: String,
     /// `dm-N` and `maj:min`.
@@ -126,7 +126,7 @@ pub struct MapState {
     pub outside_change: Option<String>,
     pub rates: Rates,
     pub totals: Totals,
-    pub paths: Vec<PathState>,
+    pub paths: Vec<PathReport>,
     /// Bytes submitted to the map per cgroup id in the last window.
     pub cgroups: Vec<(u64, u64)>,
 }
@@ -153,11 +153,11 @@ pub struct DaemonStatus {
     pub window_s: f64,
     /// A running multipathd, if any ("pid N"): its maps are left alone.
     pub multipathd: Option<String>,
-    pub maps: Vec<MapState>,
+    pub maps: Vec<MapReport>,
     /// The last decisions (newest last), at most `LOG_KEEP`. Shared with
     /// the engine's own log: a status is built as often as every window
-    /// and event, and copying up to `LOG_KEEP` decisions each time cost
-    /// more than the rest of the status once the log was full.
+    /// and event, and copying up to `LOG_KEEP` decisions each time would
+    /// cost more than the rest of the status once the log is full.
     pub decisions: Arc<Vec<LoggedDecision>>,
     /// Tuner decisions counted since start, by outcome (for metrics).
     pub decision_counts: Vec<(String, u64)>,

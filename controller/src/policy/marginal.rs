@@ -1,50 +1,36 @@
-//! Marginal paths: a path that is not dead but sick (it answers many
-//! times slower than its peers, or fails some of its commands) is judged
-//! from the I/O the observer already sees, with no probe traffic, and set
-//! aside in a last path group (multipath-tools' `marginal_pathgroups`)
-//! until a recovery time has passed; then it serves again on probation.
+//! Marginal paths: a path that is not dead but sick (many times slower
+//! than its peers, or failing some of its commands) is judged from the I/O
+//! the observer already sees, with no probe traffic, and set aside in a
+//! last path group (multipath-tools' `marginal_pathgroups`) until a
+//! recovery time has passed; then it serves again on probation.
 //!
-//! Slow is relative, and measured so that the selector does not matter:
-//! a path's *service time* in its busiest request-size class is its
-//! median latency divided by the requests it held in flight on average
-//! (Little's law, at least one): a busy path's is the time it takes per
-//! request, which round-robin's queueing on a slow path does not inflate;
-//! an idle path's is its latency. It is divided by the median of its
-//! peers' in the same class (a slower array slows every path alike), and
-//! that ratio by the path's usual one (paths of unequal speed are normal:
-//! the tuner's business). The usual ratio is learnt per routing setting
-//! (selector, weights, active paths, request size limit, path queue
-//! depth), workload class and size class (how loaded each path runs
-//! depends on all of them), from the first
-//! `LEARN_WINDOWS` windows under it and then from healthy windows: an
-//! idle path's latency is not a busy path's time per request, so the
-//! slowest of 4/8/16/32 MiB/s paths is 0.2x its peers under service-time
-//! (it gets little) and 30x under round-robin (it queues), and a trial of
-//! the tuner is no sickness. A setting not learnt yet is judged against
-//! the most lenient usual ratio learnt under the same selector, workload,
-//! request size limit and queue depth where the path carried at least as
-//! large a share of the completions (the tuner moves weights and active
-//! paths often, and a path that sickens just then must not be learnt as
-//! usual; one given more of the I/O runs busier beside idler peers); with
-//! none (a new workload: the ratios of another say nothing
-//! of this one, as a 40 MiB/s path runs full under sequential 1 MiB reads
-//! where it idled under random 64 KiB ones; or a new request size limit or
-//! queue depth, which cut the same I/O into other requests or hold it
-//! elsewhere), latency judges nothing until learnt.
-//! A path is *bad* in a window when that is at least `latency_ratio`;
-//! *marginal* when bad for `sample_secs` on end.
-//! Errors are a rate over the last `ERROR_SPAN_SECS`, from the first
-//! window with an error: a path that failed at least `error_rate_pct` of
-//! its commands since, in more than one window (a
-//! burst at one moment is a failure, the checker's business), is
-//! marginal at once. They count while the checker finds the path up,
-//! whether or not dm has failed it: dm fails a path at each error and the
-//! checker reinstates it, which is what a sick path looks like (in the
-//! testbed, a path failing 1% of its commands errs every 2-4 s, failed
-//! by dm in between).
-//! A window without enough samples says nothing.
-//! Each episode doubles the next recovery time (up to 8x), so a path that
-//! toggles does not flap the map; a long healthy spell forgets them.
+//! Slow is relative, and measured so that the selector does not matter: a
+//! path's *service time* in its busiest request-size class (its median
+//! latency over the requests it held in flight on average, Little's law,
+//! at least one) is divided by the median of its peers' (a slower array
+//! slows every path alike), and that ratio by the path's usual one (paths
+//! of unequal speed are normal: the tuner's business). How loaded a path
+//! runs depends on the routing (selector, weights, active paths, request
+//! size limit, path queue depth), the workload and the size class, so the
+//! usual ratio is learnt per each of them, from the first `LEARN_WINDOWS`
+//! windows and then from healthy ones: a tuner's trial is no sickness. A
+//! routing not learnt yet is judged against the most lenient ratio learnt
+//! under the same selector, workload, size limit and queue depth where the
+//! path carried as large a share of the completions; with none, latency
+//! judges nothing until learnt. A path is *bad* in a window when its ratio
+//! reaches `latency_ratio` times its usual one, *marginal* when bad for
+//! `sample_secs` on end.
+//!
+//! Errors are a rate over the last `ERROR_SPAN_SECS`: a path that failed
+//! `error_rate_pct` of its commands, in more than one window (a burst at
+//! one moment is a failure, the checker's business), is marginal at once.
+//! They count while the checker finds the path up, whether or not dm has
+//! failed it: dm fails a path at each error and the checker reinstates it,
+//! which is what a sick path looks like.
+//!
+//! A window without enough samples says nothing. Each episode doubles the
+//! next recovery time (up to 8x), so a path that toggles does not flap the
+//! map; a long healthy spell forgets them.
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
@@ -53,7 +39,7 @@ use crate::blockdev::DevNum;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct Config {
+pub struct MarginalConfig {
     pub enabled: bool,
     /// Bad: service time at least this many times the peers' median,
     /// beyond the path's usual ratio to them.
@@ -69,9 +55,9 @@ pub struct Config {
     pub min_samples: u64,
 }
 
-impl Default for Config {
+impl Default for MarginalConfig {
     fn default() -> Self {
-        Config {
+        MarginalConfig {
             enabled: true,
             latency_ratio: 8.0,
             error_rate_pct: 0.25,
@@ -109,7 +95,8 @@ pub struct Routing {
     /// The map's request size limit and its paths' queue
     /// depth: how the workload's I/O is cut into requests and how many of
     /// them each path holds at once (at queue depth 1, paths at their cap
-    /// run at 12x the service time of idle peers that were level at 128).
+    /// run many times the service time of idle peers that were level at a
+    /// deep queue).
     pub max_sectors_kb: u32,
     pub queue_depth: u32,
 }
@@ -179,7 +166,7 @@ impl Sample {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum State {
+pub enum PathHealth {
     Healthy,
     /// Set aside until `back_at`.
     Marginal {
@@ -192,12 +179,12 @@ pub enum State {
     },
 }
 
-impl State {
+impl PathHealth {
     pub fn word(&self) -> &'static str {
         match self {
-            State::Healthy => "healthy",
-            State::Marginal { .. } => "marginal",
-            State::Probation { .. } => "probation",
+            PathHealth::Healthy => "healthy",
+            PathHealth::Marginal { .. } => "marginal",
+            PathHealth::Probation { .. } => "probation",
         }
     }
 }
@@ -211,8 +198,8 @@ pub struct Transition {
 }
 
 #[derive(Clone, Debug)]
-struct PathHealth {
-    state: State,
+struct PathRecord {
+    state: PathHealth,
     bad_since: Option<f64>,
     /// What made the path bad first in this run of bad windows.
     bad_why: String,
@@ -227,10 +214,10 @@ struct PathHealth {
     errs: VecDeque<(f64, f64, u64, u64)>,
 }
 
-impl PathHealth {
+impl PathRecord {
     fn new(t: f64) -> Self {
-        PathHealth {
-            state: State::Healthy,
+        PathRecord {
+            state: PathHealth::Healthy,
             bad_since: None,
             bad_why: String::new(),
             bad_windows: 0,
@@ -245,7 +232,13 @@ impl PathHealth {
     /// Notes a window's commands and errors; the error rate over the last
     /// `ERROR_SPAN_SECS` when it makes the path bad: (why, start of the
     /// span).
-    fn errors(&mut self, cfg: &Config, t: f64, secs: f64, s: &Sample) -> Option<(String, f64)> {
+    fn errors(
+        &mut self,
+        cfg: &MarginalConfig,
+        t: f64,
+        secs: f64,
+        s: &Sample,
+    ) -> Option<(String, f64)> {
         if !s.checker_up {
             self.errs.clear();
             return None;
@@ -282,9 +275,9 @@ impl PathHealth {
 
 /// The health of one map's paths.
 #[derive(Clone, Debug)]
-pub struct Model {
-    cfg: Config,
-    paths: BTreeMap<DevNum, PathHealth>,
+pub struct HealthModel {
+    cfg: MarginalConfig,
+    paths: BTreeMap<DevNum, PathRecord>,
 }
 
 /// Service time per request, µs: median latency over the mean number of
@@ -295,9 +288,20 @@ fn service_us(median_us: f64, n: u64, secs: f64) -> f64 {
     median_us / in_flight.max(1.0)
 }
 
-/// A path's service-time ratio to its peers in its busiest size class:
-/// (ratio, class, its service time, the peers' median).
-fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'static str, f64, f64)> {
+/// A path's standing against its peers in its busiest size class.
+struct Standing {
+    /// Its service time over the peers' median.
+    ratio: f64,
+    class: &'static str,
+    /// Its samples of that class.
+    samples: u64,
+    /// Its service time and the peers' median, µs.
+    mine: f64,
+    peers: f64,
+}
+
+/// A path's service-time ratio to its peers in its busiest size class.
+fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<Standing> {
     let (class, n, lat) = s
         .latency
         .iter()
@@ -324,33 +328,39 @@ fn ratio(s: &Sample, all: &[Sample], min: u64, secs: f64) -> Option<(f64, &'stat
     } else {
         peers[mid]
     };
-    (median > 0.0).then(|| (mine / median, *class, mine, median))
+    (median > 0.0).then(|| Standing {
+        ratio: mine / median,
+        class,
+        samples: *n,
+        mine,
+        peers: median,
+    })
 }
 
-impl Model {
-    pub fn new(cfg: Config) -> Self {
-        Model {
+impl HealthModel {
+    pub fn new(cfg: MarginalConfig) -> Self {
+        HealthModel {
             cfg,
             paths: BTreeMap::new(),
         }
     }
 
     /// New settings (SIGHUP); what was judged stays.
-    pub fn set_config(&mut self, cfg: Config) {
+    pub fn set_config(&mut self, cfg: MarginalConfig) {
         self.cfg = cfg;
     }
 
-    pub fn state(&self, dev: DevNum) -> State {
+    pub fn state(&self, dev: DevNum) -> PathHealth {
         self.paths
             .get(&dev)
-            .map_or(State::Healthy, |p| p.state.clone())
+            .map_or(PathHealth::Healthy, |p| p.state.clone())
     }
 
     /// The paths to keep set aside now.
     pub fn marginal(&self) -> Vec<DevNum> {
         self.paths
             .iter()
-            .filter(|(_, p)| matches!(p.state, State::Marginal { .. }))
+            .filter(|(_, p)| matches!(p.state, PathHealth::Marginal { .. }))
             .map(|(d, _)| *d)
             .collect()
     }
@@ -361,7 +371,9 @@ impl Model {
     /// gives way to full observation until the map is clear again.
     pub fn suspects(&self) -> bool {
         self.paths.values().any(|p| {
-            p.state != State::Healthy || p.bad_since.is_some() || p.errs.iter().any(|e| e.3 > 0)
+            p.state != PathHealth::Healthy
+                || p.bad_since.is_some()
+                || p.errs.iter().any(|e| e.3 > 0)
         })
     }
 
@@ -371,8 +383,8 @@ impl Model {
         let Some(p) = self.paths.get_mut(&dev) else {
             return false;
         };
-        let was = p.state != State::Healthy;
-        p.state = State::Healthy;
+        let was = p.state != PathHealth::Healthy;
+        p.state = PathHealth::Healthy;
         p.bad_since = None;
         p.good_since = None;
         p.episodes = 0;
@@ -406,10 +418,10 @@ impl Model {
             let p = self
                 .paths
                 .entry(s.dev)
-                .or_insert_with(|| PathHealth::new(t));
-            if let State::Marginal { back_at, .. } = p.state {
+                .or_insert_with(|| PathRecord::new(t));
+            if let PathHealth::Marginal { back_at, .. } = p.state {
                 if t >= back_at {
-                    p.state = State::Probation { since: t };
+                    p.state = PathHealth::Probation { since: t };
                     p.bad_since = None;
                     p.good_since = None;
                     out.push(Transition {
@@ -446,7 +458,7 @@ impl Model {
                 None => {
                     // A good window's reason is said only when it ends a
                     // probation: not formatted for every path each window.
-                    let explain = matches!(p.state, State::Probation { .. });
+                    let explain = matches!(p.state, PathHealth::Probation { .. });
                     judge(&cfg, s, samples, secs, routing, &p.usual, explain)
                 }
             };
@@ -475,10 +487,10 @@ impl Model {
                 p.bad_since = None;
                 // Spans count from the start of their first window.
                 let good = *p.good_since.get_or_insert(t - secs);
-                if let State::Probation { since } = p.state
+                if let PathHealth::Probation { since } = p.state
                     && t - good >= cfg.sample_secs
                 {
-                    p.state = State::Healthy;
+                    p.state = PathHealth::Healthy;
                     p.healthy_since = t;
                     out.push(Transition {
                         dev: s.dev,
@@ -490,7 +502,7 @@ impl Model {
                         ),
                     });
                 }
-                if p.state == State::Healthy
+                if p.state == PathHealth::Healthy
                     && p.episodes > 0
                     && t - p.healthy_since >= 4.0 * cfg.recovery_secs
                 {
@@ -514,7 +526,7 @@ impl Model {
             }
             let hold = cfg.recovery_secs * f64::from(1u32 << p.episodes.min(MAX_DOUBLINGS));
             p.episodes += 1;
-            p.state = State::Marginal {
+            p.state = PathHealth::Marginal {
                 since: t,
                 back_at: t + hold,
             };
@@ -556,7 +568,7 @@ struct Verdict {
 /// Whether a path in service was bad in this window, and why; `None`
 /// when the window says nothing.
 fn judge(
-    cfg: &Config,
+    cfg: &MarginalConfig,
     s: &Sample,
     all: &[Sample],
     secs: f64,
@@ -567,7 +579,13 @@ fn judge(
     if !s.in_service {
         return None;
     }
-    let (r, class, mine, peers) = ratio(s, all, cfg.min_samples, secs)?;
+    let Standing {
+        ratio: r,
+        class,
+        samples,
+        mine,
+        peers,
+    } = ratio(s, all, cfg.min_samples, secs)?;
     let key = (routing.clone(), class);
     let figures = || {
         format!(
@@ -589,10 +607,10 @@ fn judge(
     // the most lenient one learnt under the same selector, workload,
     // request size limit and queue depth where the path carried as large a
     // share of the I/O: one that gets more of it now runs busier beside
-    // peers that idle more, which is the new routing, not sickness (seen
-    // in a merge bench: weights from a misread capacity sent equal paths'
-    // writes to two of them, set aside at 10x their idle peers), while a
-    // sick path gets less.
+    // peers that idle more, which is the new routing, not sickness (weights
+    // from a misread capacity can send equal paths' writes to two of them,
+    // many times slower than their idle peers), while a sick path gets
+    // less.
     let (usual, own) = match usual.get(&key).and_then(learnt) {
         Some(u) => (Some(u), true),
         None => (
@@ -623,10 +641,7 @@ fn judge(
         None => format!("{} (learning)", figures()),
     };
     // Fewer samples than `min` judge a sampled window, but teach nothing.
-    let enough = s
-        .latency
-        .iter()
-        .any(|(c, n, _)| *c == class && *n >= cfg.min_samples);
+    let enough = samples >= cfg.min_samples;
     Some(Verdict {
         bad,
         why,
@@ -644,7 +659,7 @@ fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::policy::testing::d;
+    use crate::policy::testing::d;
 
     /// A 1 s window where path `i` completed `p[i].1` requests of the 64k
     /// class with median `p[i].0` ms.
@@ -664,7 +679,7 @@ mod tests {
     }
 
     fn run(
-        m: &mut Model,
+        m: &mut HealthModel,
         t0: f64,
         secs: usize,
         p: &[(f64, u64)],
@@ -694,7 +709,7 @@ mod tests {
 
     /// `run` under the routing named `setting` ("selector detail").
     fn run_in(
-        m: &mut Model,
+        m: &mut HealthModel,
         setting: &str,
         t0: f64,
         secs: usize,
@@ -729,7 +744,7 @@ mod tests {
             v
         };
         let r = routing("st");
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         for t in 0..30 {
             assert!(m.step(t as f64, 1.0, &r, &quarter(&EVEN, 0.25)).is_empty());
         }
@@ -741,14 +756,14 @@ mod tests {
         // stay attached from there) but not marginal on that alone.
         assert!(m.step(30.0, 1.0, &r, &quarter(&SICK, 0.25)).is_empty());
         assert!(m.suspects(), "the sick path not judged from its share");
-        assert_eq!(m.state(d(16)), State::Healthy);
+        assert_eq!(m.state(d(16)), PathHealth::Healthy);
         // In full observation from there, it is set aside as ever.
         let tr = run(&mut m, 31.0, 4, &SICK, &[]);
         assert_eq!(tr.len(), 1, "{tr:?}");
         assert_eq!((tr[0].1.dev, tr[0].1.to), (d(16), "marginal"));
         // Judged on 2 of 5 samples, a window teaches no usual ratio: a
         // healthy path with 3 samples leaves the learnt ones as they were.
-        let mut few = Model::new(Config::default());
+        let mut few = HealthModel::new(MarginalConfig::default());
         let mut thin = quarter(&EVEN, 0.25);
         for s in &mut thin {
             s.latency[0].1 = 3;
@@ -759,7 +774,7 @@ mod tests {
 
     #[test]
     fn a_path_twenty_times_slower_is_set_aside_and_serves_again_after_recovery() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run(&mut m, 0.0, 30, &EVEN, &[]).is_empty());
         let tr = run(&mut m, 30.0, 10, &SICK, &[]);
         assert_eq!(tr.len(), 1, "{tr:?}");
@@ -781,7 +796,7 @@ mod tests {
 
     #[test]
     fn silent_windows_carry_a_bad_run_but_do_not_start_one() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // Bad twice, then the selector sends it too little to judge.
         let few = [(12.5, 320), (250.0, 2), (12.5, 320), (12.5, 320)];
@@ -790,7 +805,7 @@ mod tests {
         assert_eq!(tr.len(), 1, "{tr:?}");
         assert_eq!(tr[0].0, 12.0, "3 s from the start of the first bad window");
         // One bad window (noise) and then silence: nothing.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         assert!(run(&mut m, 10.0, 1, &SICK, &[]).is_empty());
         assert!(run(&mut m, 11.0, 10, &few, &[]).is_empty());
@@ -798,7 +813,7 @@ mod tests {
 
     #[test]
     fn unequal_paths_and_the_tuners_trials_are_not_sickness() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         // 4/8/16/32 MiB/s under queue-length (4 in flight each).
         let ql = [(62.5, 64), (31.2, 128), (15.6, 256), (7.8, 512)];
         assert!(run_in(&mut m, "ql", 0.0, 30, &ql, &[]).is_empty());
@@ -822,7 +837,7 @@ mod tests {
     fn a_path_slow_from_the_start_is_learnt_not_judged() {
         // Latency says nothing of a path until its usual is learnt: one
         // slow since the daemon first saw it is unequal, not sick.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run(&mut m, 0.0, 30, &SICK, &[]).is_empty());
         // A setting it has not seen yet is learnt first too.
         assert!(run_in(&mut m, "rr", 30.0, 5, &EVEN, &[]).is_empty());
@@ -832,7 +847,7 @@ mod tests {
 
     #[test]
     fn a_path_that_sickens_as_the_tuner_moves_weights_is_not_learnt_as_usual() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]).is_empty());
         // New weights, and path 1 slows at once: judged by the selector's
         // usual ratio while the new setting learns.
@@ -845,7 +860,7 @@ mod tests {
             tr[0].1.why
         );
         // A new setting that only shifts the split a little is learnt.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &EVEN, &[]);
         let shifted = [(12.5, 320), (50.0, 80), (12.5, 320), (12.5, 320)];
         assert!(run_in(&mut m, "st [1, 1, 1, 4] 4", 30.0, 30, &shifted, &[]).is_empty());
@@ -853,12 +868,11 @@ mod tests {
 
     #[test]
     fn paths_given_more_of_the_io_by_new_weights_are_learnt_not_judged() {
-        // Seen in a merge bench (4 paths of 100 IOPS, 4 KiB sequential
-        // writes, service-time): level under equal weights, then a trial of
-        // weights from a misread capacity sent the writes to two paths,
-        // busy at their cap beside two idling at 1 ms, and the busy ones
-        // were set aside as marginal.
-        let mut m = Model::new(Config::default());
+        // 4 paths of 100 IOPS, 4 KiB sequential writes, service-time: level
+        // under equal weights, then a trial of weights from a misread
+        // capacity sends the writes to two paths, busy at their cap beside
+        // two idling at 1 ms. The busy ones are not sick.
+        let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [1, 1, 1, 1] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
         assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
@@ -873,7 +887,7 @@ mod tests {
         assert_eq!(tr[0].1.dev, d(48));
         // While the trial learns, a path that gets less of the I/O is
         // judged by the equal weights' usual: one that sickens is seen.
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run_in(&mut m, st, 0.0, 30, &level, &[]);
         let idle_sick = [(100.0, 10), (1.0, 10), (12.5, 100), (12.5, 100)];
         let tr = run_in(&mut m, trial, 30.0, 6, &idle_sick, &[]);
@@ -884,11 +898,11 @@ mod tests {
 
     #[test]
     fn a_new_workload_is_learnt_not_judged_by_another_workloads_usual() {
-        // Seen in the demo (4 paths capped 10/20/40/80 MiB/s, service-time):
-        // under random 64 KiB reads the 40 MiB/s path idles beside its
-        // peers; under sequential 1 MiB reads it runs full, 6.5x their
-        // service time, with nothing wrong with it.
-        let mut m = Model::new(Config::default());
+        // 4 paths capped 10/20/40/80 MiB/s, service-time: under random
+        // 64 KiB reads the 40 MiB/s path idles beside its peers; under
+        // sequential 1 MiB reads it runs full, 6.5x their service time,
+        // with nothing wrong with it.
+        let mut m = HealthModel::new(MarginalConfig::default());
         let random = [(0.5, 100), (0.5, 200), (0.3, 400), (0.5, 800)];
         assert!(run_in(&mut m, "st [1, 1, 1, 1] 4", 0.0, 30, &random, &[]).is_empty());
         let full = [(0.4, 100), (0.4, 200), (2.6, 400), (0.4, 800)];
@@ -912,12 +926,12 @@ mod tests {
 
     #[test]
     fn a_new_request_size_limit_is_learnt_not_judged_by_the_old_ones_usual() {
-        // Seen in a full switch bench (4 paths capped 10/20/40/80 MiB/s,
-        // one 1 MiB reader, service-time weighted by capacity): the tuner
-        // tried max_sectors_kb 1280 -> 256, and the 80 MiB/s path, 0.2x
-        // its idle peers' service time while it took whole 1 MiB requests,
-        // served the pieces at 3.7x and was set aside as marginal.
-        let mut m = Model::new(Config::default());
+        // 4 paths capped 10/20/40/80 MiB/s, one 1 MiB reader, service-time
+        // weighted by capacity: the tuner tries max_sectors_kb 1280 -> 256,
+        // and the 80 MiB/s path, 0.2x its idle peers' service time while it
+        // takes whole 1 MiB requests, serves the pieces at 3.7x. It is not
+        // sick.
+        let mut m = HealthModel::new(MarginalConfig::default());
         let weighted = "st [12, 25, 50, 100] 4/read-large-sequential";
         let whole = [(4.0, 10), (4.0, 10), (4.0, 10), (0.8, 60)];
         assert!(run_in(&mut m, weighted, 0.0, 30, &whole, &[]).is_empty());
@@ -935,11 +949,11 @@ mod tests {
 
     #[test]
     fn a_new_queue_depth_is_learnt_not_judged_by_the_old_ones_usual() {
-        // Seen in a full merge bench (4 paths of 100 IOPS, 4 KiB sequential
-        // writes at QD32, service-time): level at queue depth 128, then at
-        // queue depth 1 two paths ran at their cap (12.5 ms a request)
-        // while two idled at 1 ms, and the busy ones were set aside.
-        let mut m = Model::new(Config::default());
+        // 4 paths of 100 IOPS, 4 KiB sequential writes at QD32,
+        // service-time: level at queue depth 128, then at queue depth 1 two
+        // paths run at their cap (12.5 ms a request) while two idle at
+        // 1 ms. The busy ones are not sick.
+        let mut m = HealthModel::new(MarginalConfig::default());
         let st = "st [] 4/write-small-sequential";
         let level = [(12.5, 100), (12.5, 100), (12.5, 100), (12.5, 100)];
         assert!(run_in(&mut m, st, 0.0, 30, &level, &[]).is_empty());
@@ -956,7 +970,7 @@ mod tests {
 
     #[test]
     fn a_toggling_path_does_not_flap_the_map() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 20, &EVEN, &[]);
         // Slow and fast every 5 s for 120 s.
         let mut marginal = vec![];
@@ -989,7 +1003,7 @@ mod tests {
 
     #[test]
     fn errors_make_a_path_marginal_and_the_last_path_is_never_set_aside() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         let mut s = w(&[(12.5, 100), (12.5, 100)], &[]);
         s[0].errors = 2; // 2 of 102: 2%
         let mut marg = vec![];
@@ -1013,7 +1027,7 @@ mod tests {
 
     #[test]
     fn a_path_is_suspect_from_its_first_error_until_its_error_span_is_clean() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         assert!(!m.suspects(), "healthy paths and no errors");
         let mut s = w(&EVEN, &[]);
@@ -1031,7 +1045,7 @@ mod tests {
 
     #[test]
     fn a_path_failing_some_commands_as_dm_and_the_checker_flap_it_is_set_aside() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // 1 command in 100 fails; dm fails the path at each error and the
         // checker reinstates it: out of service every other window.
@@ -1058,7 +1072,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_errors_as_a_path_dies_is_the_checkers_business() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN, &[]);
         // Its in-flight commands fail at once, then dm and the checker
         // find it down; it comes back clean.
@@ -1086,7 +1100,7 @@ mod tests {
 
     #[test]
     fn too_few_samples_say_nothing_and_unmark_ends_it_by_hand() {
-        let mut m = Model::new(Config::default());
+        let mut m = HealthModel::new(MarginalConfig::default());
         run(&mut m, 0.0, 10, &EVEN[..3], &[]);
         let mut s = w(&SICK[..3], &[]);
         s[1].latency[0].1 = 3;
@@ -1102,9 +1116,9 @@ mod tests {
         assert!(m.marginal().is_empty());
         assert!(!m.unmark(d(16), 30.0));
         // Disabled: nothing is judged.
-        let mut off = Model::new(Config {
+        let mut off = HealthModel::new(MarginalConfig {
             enabled: false,
-            ..Config::default()
+            ..MarginalConfig::default()
         });
         for i in 0..20 {
             assert!(off.step(i as f64, 1.0, &routing("st"), &s).is_empty());

@@ -63,7 +63,7 @@ pub fn plan(
 mod tests {
     use super::*;
 
-    use crate::daemon::policy::testing::{T3 as T, d};
+    use crate::policy::testing::{T3 as T, d};
 
     #[test]
     fn a_path_leaves_and_a_new_one_joins() {

@@ -2,11 +2,12 @@
 //! its own tests: what to do when a path, the array, another program or an
 //! operator changes something. The engine is the loop that feeds them what
 //! the kernel shows and carries out what they decide, through
-//! [`super::ops::MapOps`] where device-mapper is involved.
+//! [`ops::MapOps`] where device-mapper is involved.
 pub mod failback;
 pub mod hotplug;
 pub mod marginal;
 pub mod no_path_retry;
+pub mod ops;
 pub mod outside;
 pub mod repair;
 pub mod schedule;

@@ -4,11 +4,12 @@
 //! histogram's `_bucket`, `_sum` and `_count` series included).
 use std::collections::BTreeMap;
 
-use super::{metrics::render, status::DaemonStatus};
+use super::render;
+use crate::ctl::status::DaemonStatus;
 
 #[test]
 fn the_metrics_page_names_every_exported_family_and_no_other() {
-    let page = include_str!("../../../docs/metrics.md");
+    let page = include_str!("../../../../docs/metrics.md");
     // An empty status still declares every family.
     let families: BTreeMap<String, String> = render(&DaemonStatus::default())
         .lines()
