@@ -28,7 +28,7 @@ fn ensure_bpf_linker() {
     if env::split_paths(&path).any(|d| d.join("bpf-linker").is_file()) {
         return;
     }
-    // The same place `cargo xtask setup` installs to (xtask::util::cache_dir).
+    // The same place `cargo xtask setup` installs to (pathpilot_testbed::dirs::cache_dir).
     let tools = env::var_os("PATHPILOT_TOOLS")
         .map(PathBuf::from)
         .or_else(|| env::var_os("PATHPILOT_CACHE").map(|c| PathBuf::from(c).join("tools")))

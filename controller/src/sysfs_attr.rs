@@ -1,16 +1,15 @@
 //! Sysfs attributes kept open between reads. A read at offset 0 of an open
 //! attribute renders it afresh, so a value looked at every window or every
 //! few seconds costs one `pread` instead of a path walk, an open, reads and
-//! a close: at 64 paths in the testbed's emulated guest, that difference
-//! was a visible share of the daemon's idle CPU.
+//! a close, which matters to an idle daemon watching many paths.
 use std::{collections::HashMap, fs::File, hash::Hash, io, os::unix::fs::FileExt, path::PathBuf};
 
 /// Open attribute files by key.
 pub struct KeptFiles<K> {
     open: HashMap<K, File>,
-    /// One page to read into, zeroed once: a page cleared for every read
-    /// was most of a read's cost in the emulated guest, where the daemon
-    /// reads a hundred attributes a window under load.
+    /// One page to read into, zeroed once: clearing a page for every read
+    /// would cost more than the read, and the daemon reads a hundred
+    /// attributes a window under load.
     buf: Vec<u8>,
 }
 

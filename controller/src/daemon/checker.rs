@@ -65,8 +65,8 @@ pub struct Report {
 
 /// One path's checks, with what they keep open between them: the ALUA
 /// attributes and the device itself (multipathd too keeps a path's fd for
-/// the path's life). At 64 paths a check each second, the opens and closes
-/// were most of the checkers' CPU in the testbed. A check that fails
+/// the path's life): with a check each second on many paths, the opens
+/// and closes would be most of the checkers' CPU. A check that fails
 /// through a kept file is made again through files opened now, so a device
 /// that went away and came back under the same name is judged as what it
 /// is now: keeping saves only the opens of a check that succeeds.
@@ -258,8 +258,9 @@ pub struct Change {
 /// The time to the next check of a path checked `every` apart: doubled
 /// after a check that found it as healthy as before (same ALUA state), up
 /// to `max`; back to `interval` after anything else. multipathd does the
-/// same (polling_interval up to max_polling_interval): at 64 paths the
-/// checks of healthy paths were a third of the daemon's CPU.
+/// same (polling_interval up to max_polling_interval): on many paths the
+/// checks of healthy ones would otherwise be a large share of the
+/// daemon's CPU.
 pub fn backoff(every: Duration, interval: Duration, max: Duration, steady: bool) -> Duration {
     if steady {
         (every * 2).clamp(interval, max.max(interval))

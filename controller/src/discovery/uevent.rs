@@ -134,10 +134,9 @@ impl UeventMonitor {
     pub fn drain(&self) -> Drained {
         let mut out = Drained::default();
         // On the stack and not zeroed: the engine drains every tick (five
-        // times a second), mostly finding nothing, and clearing 8 KiB each
-        // time, then allocating it, showed in the emulated guest's profile
-        // (the allocation and its free, 3% of the daemon's samples under
-        // steady load at 64 paths). Only what the kernel wrote is read.
+        // times a second), mostly finding nothing, so an allocation and a
+        // clear of 8 KiB each time would be most of the drain's cost. Only
+        // what the kernel wrote is read.
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
         loop {
             // SAFETY: buf is valid for writes of its length.

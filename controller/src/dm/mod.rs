@@ -468,11 +468,8 @@ impl Dm {
     /// which the kernel suspends the map (queued I/O survives, no
     /// filesystem freeze), swaps the table in and resumes. I/O is held
     /// only inside that one ioctl, never while this process runs between
-    /// two of them (nor if it dies there). `cargo xtask bench reload`
-    /// measured the reader's stall (p50, ms) with a suspend and a resume
-    /// against the one resume, in two VM boots: idle 23.7 and 23.2 against
-    /// 19.3 and 19.4; QD16 74.7 and 64.7 against 53.6 and 49.6; QD4 41.8
-    /// and 30.9 against 37.2 and 36.3 (mixed).
+    /// two of them (nor if it dies there): a reader's stall is the one
+    /// ioctl's (`cargo xtask bench reload` measures it).
     /// A failed load changes nothing. A suspend that fails or is
     /// interrupted (the guard) the kernel undoes, and the new table is
     /// dropped. A swap that fails leaves the map suspended: it is resumed

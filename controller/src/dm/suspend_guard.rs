@@ -5,8 +5,8 @@
 //! has passed, again every 50 ms until the ioctl returns; the signal's
 //! handler only notes that it fired and is installed without SA_RESTART,
 //! so the ioctl fails instead of resuming. A timer rather than a watcher
-//! thread: a thread started and joined around every reload was a visible
-//! share of the daemon's CPU at 16 maps, and a timer is three syscalls.
+//! thread: a timer is three syscalls, where a thread started and joined
+//! around every reload costs far more on a daemon reloading many maps.
 use std::{
     sync::{
         Once,

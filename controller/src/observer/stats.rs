@@ -2,8 +2,8 @@
 //! side by side (entry `slot * ncpus + cpu`), one CPU's written only by the
 //! programs running on it. Where the whole map is small it is mapped into
 //! our memory and read with no syscall (the daemon reads every busy
-//! device's counters each window; at 80 busy devices in the emulated guest,
-//! the lookups were the largest part of its snapshot). A mapping of an
+//! device's counters each window, and a lookup per device would be the
+//! largest part of its snapshot). A mapping of an
 //! eBPF array shows in the process's RSS whole, so on a machine with many
 //! CPUs, where the map is large and syscalls are cheap, a device's
 //! counters are one batch lookup instead.

@@ -1,6 +1,6 @@
 //! An array map mapped into our memory: reading it costs no syscall. The
 //! daemon's snapshot reads every watched device's shared state each
-//! window; at 64 paths, mostly idle, those lookups were the largest part of
+//! window; on many mostly idle paths, lookups would be the largest part of
 //! an idle window, and the view lets it skip a device whose state has not
 //! moved (see `Observer::snapshot`). Writable too, for the one field
 //! userspace clears every interval (a device's in-flight peak).
