@@ -599,6 +599,13 @@ fn with_pathpilot_layer(dir: &Path, base: &Path, base_key: &str) -> Result<PathB
     let key = key.hex();
     let out = dir.join(format!("initrd-{base_key}-{key}.cpio"));
     if out.exists() {
+        // Marked used: a boot of another checkout prunes only initrds
+        // nobody has used for a while (a test may wait a long time for the
+        // machine-wide VM lock between preparing its initrd and booting).
+        fs::File::options()
+            .write(true)
+            .open(&out)?
+            .set_modified(std::time::SystemTime::now())?;
         return Ok(out);
     }
     step("initramfs pathpilot layer + concatenation", || {
@@ -625,8 +632,8 @@ fn with_pathpilot_layer(dir: &Path, base: &Path, base_key: &str) -> Result<PathB
         }
         Ok(())
     })?;
-    // Keep the newest few combinations (another checkout may use them),
-    // drop the rest.
+    // Keep the newest few combinations, and any used in the last day
+    // (another checkout may be about to boot it); drop the rest.
     let mut olds: Vec<_> = fs::read_dir(dir)?
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("initrd-"))
@@ -634,8 +641,9 @@ fn with_pathpilot_layer(dir: &Path, base: &Path, base_key: &str) -> Result<PathB
         .collect();
     olds.sort();
     let n = olds.len();
-    for (_, p) in olds.into_iter().take(n.saturating_sub(4)) {
-        if p != out {
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    for (used, p) in olds.into_iter().take(n.saturating_sub(4)) {
+        if p != out && used < day_ago {
             let _ = fs::remove_file(p);
         }
     }
