@@ -3,7 +3,7 @@
 //! value is an error that names the key and its line.
 use std::{net::SocketAddr, path::Path, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     discovery::{Filter, Rule},
@@ -18,6 +18,32 @@ pub const DEFAULT_PATH: &str = "/etc/pathpilot/config.toml";
 /// storage layout).
 pub const DEFAULT_METRICS: &str = "127.0.0.1:9777";
 
+/// Which latency and request-size histograms the metrics endpoint exports.
+/// They are most of a host's series (a path's latency by size class alone
+/// is some hundred), so a large fleet keeps only the coarser ones; the
+/// shipped alerting and recording rules need only the maps'.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricsHistograms {
+    /// Maps', paths' and paths' latency by request size class.
+    #[default]
+    SizeClasses,
+    /// Maps' and paths'.
+    Paths,
+    /// Maps' only.
+    Maps,
+}
+
+impl MetricsHistograms {
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricsHistograms::SizeClasses => "size_classes",
+            MetricsHistograms::Paths => "paths",
+            MetricsHistograms::Maps => "maps",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -30,6 +56,9 @@ pub struct Config {
     pub read_group: Option<String>,
     /// Address of the Prometheus endpoint, or "off".
     pub metrics: String,
+    /// The finest histograms the endpoint exports (see
+    /// [`MetricsHistograms`]): fewer series for a large fleet.
+    pub metrics_histograms: MetricsHistograms,
     /// A probe on every bio submitted to a map (block_bio_queue): each
     /// cgroup's bytes, and the workload's own bio order. Off by default:
     /// about a fifth less eBPF time per I/O, for figures nothing in the
@@ -125,6 +154,7 @@ impl Default for Config {
             socket: "/run/pathpilot/control.sock".into(),
             read_group: None,
             metrics: DEFAULT_METRICS.into(),
+            metrics_histograms: MetricsHistograms::SizeClasses,
             bio_probe: false,
             observe_duty: 0.25,
             maps: MapsConfig::default(),
@@ -214,11 +244,19 @@ impl Config {
                         .count()
                         + 1
                 });
-            // toml's own message repeats the offending line; one line is enough.
+            // toml's own message repeats the offending line; one line is
+            // enough. A bad value's message does not name its key: the
+            // line does.
             let msg = e.message().to_string();
-            match line {
-                Some(l) => format!("line {l}: {msg}"),
-                None => msg,
+            let key = line
+                .and_then(|l| text.lines().nth(l - 1))
+                .and_then(|l| l.split_once('='))
+                .map(|(k, _)| k.trim())
+                .filter(|k| !k.is_empty() && !k.starts_with('[') && !msg.contains(*k));
+            match (line, key) {
+                (Some(l), Some(k)) => format!("line {l}: {k}: {msg}"),
+                (Some(l), None) => format!("line {l}: {msg}"),
+                _ => msg,
             }
         })?;
         c.check(text)?;
@@ -503,6 +541,13 @@ pub const KEYS: &[KeyDoc] = &[
         default: |c| Some(toml_str(&c.metrics)),
         example: None,
         doc: "Prometheus endpoint address, or \"off\"",
+    },
+    KeyDoc {
+        section: "",
+        key: "metrics_histograms",
+        default: |c| Some(toml_str(c.metrics_histograms.name())),
+        example: None,
+        doc: "finest histograms exported: size_classes | paths | maps (fewer series)",
     },
     KeyDoc {
         section: "",
@@ -835,6 +880,17 @@ allow = ["wwid=^3500"]
         assert_eq!(Config::default().observe_duty, 0.25);
         let e = Config::parse("metrics = \"everywhere\"").unwrap_err();
         assert!(e.contains("metrics"), "{e}");
+        let e = Config::parse("metrics_histograms = \"all\"").unwrap_err();
+        assert!(
+            e.contains("metrics_histograms") && e.contains("size_classes"),
+            "{e}"
+        );
+        assert_eq!(
+            Config::parse("metrics_histograms = \"maps\"")
+                .unwrap()
+                .metrics_histograms,
+            MetricsHistograms::Maps
+        );
         let e = Config::parse("[maps]\nno_path_retry_secs = -3").unwrap_err();
         assert!(e.contains("line 2: no_path_retry_secs"), "{e}");
         assert_eq!(

@@ -136,3 +136,26 @@ fn a_broken_query_is_caught() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn the_rules_evaluated_on_a_scrape_name_what_fires() {
+    use pathpilot_tests::prom::firing;
+    let scrape = |sdc_up: u8| {
+        format!(
+            "# TYPE pathpilot_path_up gauge\n\
+             pathpilot_path_up{{map=\"mpatha\",wwid=\"w\",path=\"sdb\"}} 1\n\
+             pathpilot_path_up{{map=\"mpatha\",wwid=\"w\",path=\"sdc\"}} {sdc_up}\n\
+             # TYPE pathpilot_map_paths gauge\n\
+             pathpilot_map_paths{{map=\"mpatha\",wwid=\"w\"}} 2\n"
+        )
+    };
+    assert!(firing(&scrape(1), "PathpilotPathDown").unwrap().is_empty());
+    let down = firing(&scrape(0), "PathpilotPathDown").unwrap();
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert_eq!(down[0]["path"], "sdc");
+    assert_eq!(down[0]["instance"], "testbed");
+    assert_eq!(down[0]["severity"], "warning");
+    let degraded = firing(&scrape(0), "PathpilotMapDegraded").unwrap();
+    assert_eq!(degraded.len(), 1, "{degraded:?}");
+    assert_eq!(degraded[0]["map"], "mpatha");
+}

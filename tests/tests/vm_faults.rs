@@ -14,6 +14,7 @@ use pathpilot_tests::{
         TestbedExt, daemon_alive, daemon_log, daemon_status, expect_clean, parse_fio_terse, poll,
         poll_since, start_daemon, stop_daemon, verified_writer, wait_map_ready,
     },
+    prom,
 };
 
 /// Checker timing of these tests (seconds).
@@ -23,10 +24,11 @@ const CHECK_TIMEOUT: f64 = 3.0;
 /// A config for fast tests: 2 s windows, a 1 s checker with a 3 s
 /// timeout, short settle and hold times; `extra` goes under `[maps]`.
 fn config(maps_extra: &str) -> String {
+    const METRICS: &str = prom::ADDR;
     format!(
         r#"mode = "tune"
 window_secs = 2
-metrics = "off"
+metrics = "{METRICS}"
 [maps]
 selector = "service-time"
 {maps_extra}
@@ -100,6 +102,7 @@ fn cable_pull_and_return() -> Result<()> {
         failed.as_secs_f64() <= CHECK_INTERVAL + 1.0,
         "pull -> failed took {failed:?}, more than the checker interval"
     );
+
     std::thread::sleep(Duration::from_secs(4)); // I/O on 2 paths a while
     let t = Instant::now();
     tb.restore_path(1)?;
@@ -141,6 +144,13 @@ fn all_paths_pulled_queue_then_no_path_retry() -> Result<()> {
     poll(&tb, "the map queueing", Duration::from_secs(10), |tb| {
         Ok(daemon_status(tb)?["maps"][0]["state"] == "queueing")
     })?;
+    // The shipped rules page someone: no usable path, I/O queued.
+    let queued = prom::firing(&prom::scrape(&tb)?, "PathpilotMapAllPathsDownQueueing")?;
+    eprintln!("all paths pulled: alerts fired: PathpilotMapAllPathsDownQueueing {queued:?}");
+    assert!(
+        queued.len() == 1 && queued[0]["map"] == "mpatha",
+        "the queueing map is alerted on: {queued:?}"
+    );
     // Writes are held, not failed: the job is still running 5 s later.
     std::thread::sleep(Duration::from_secs(5));
     assert!(
@@ -248,6 +258,14 @@ fn hung_path_is_failed_by_the_checker_timeout() -> Result<()> {
     let hung = disks[1].dev.clone();
     let job = tb.spawn(&verified_writer(30))?;
     std::thread::sleep(Duration::from_secs(4));
+    // Under load and healthy: a clean exposition, and no alert.
+    let healthy = prom::scrape(&tb)?;
+    let lint = prom::check_metrics(&healthy)?;
+    assert!(lint.is_empty(), "promtool check metrics: {lint:#?}");
+    for alert in ["PathpilotPathDown", "PathpilotMapDegraded"] {
+        let fired = prom::firing(&healthy, alert)?;
+        assert!(fired.is_empty(), "{alert} on a healthy map: {fired:?}");
+    }
     // ~1 byte/s: commands stop completing, nothing errors.
     let t = Instant::now();
     tb.set_caps(1, 1.0 / 1048576.0, 0)?;
@@ -271,6 +289,22 @@ fn hung_path_is_failed_by_the_checker_timeout() -> Result<()> {
             && daemon_log(&tb).contains("with commands outstanding"),
         "{}",
         daemon_log(&tb)
+    );
+    // The shipped rules fire on what the daemon exports now: the path
+    // down and its map degraded, each named.
+    let failed_scrape = prom::scrape(&tb)?;
+    let down = prom::firing(&failed_scrape, "PathpilotPathDown")?;
+    let degraded = prom::firing(&failed_scrape, "PathpilotMapDegraded")?;
+    eprintln!(
+        "hung path: alerts fired: PathpilotPathDown {down:?}; PathpilotMapDegraded {degraded:?}"
+    );
+    assert!(
+        down.len() == 1 && down[0]["path"] == disks[1].name && down[0]["map"] == "mpatha",
+        "PathpilotPathDown names the hung path: {down:?}"
+    );
+    assert!(
+        degraded.len() == 1 && degraded[0]["map"] == "mpatha",
+        "PathpilotMapDegraded names the map: {degraded:?}"
     );
     // New I/O goes on over the other two paths. (The verified writer
     // itself waits: fio quiesces its in-flight writes, one of them stuck

@@ -13,6 +13,7 @@ use pathpilot_tests::{
         Disk, TestbedExt, daemon_log, daemon_status, expect_clean, start_daemon, stop_daemon,
         wait_map_ready,
     },
+    prom,
 };
 
 /// Tune mode (marginal paths are set aside only there), 1 s windows; the
@@ -20,7 +21,7 @@ use pathpilot_tests::{
 /// its trials do not dominate the map's p99.
 const CONFIG: &str = r#"mode = "tune"
 window_secs = 1
-metrics = "off"
+metrics = "127.0.0.1:9777"
 [maps]
 selector = "service-time"
 [checker]
@@ -157,6 +158,13 @@ fn a_slow_path_is_set_aside_and_serves_again_once_it_recovers() -> Result<()> {
     ensure!(
         g == groups && g >= 2,
         "not in a last group of its own: {g}/{groups}"
+    );
+    // The shipped rules name it on what the daemon exports.
+    let marginal = prom::firing(&prom::scrape(&tb)?, "PathpilotPathMarginal")?;
+    eprintln!("MEASURED marginal: alerts fired: PathpilotPathMarginal {marginal:?}");
+    ensure!(
+        marginal.len() == 1 && marginal[0]["path"] == sick.name && marginal[0]["map"] == "mpatha",
+        "PathpilotPathMarginal names the slow path: {marginal:?}"
     );
     // What the slow path held when it was set aside drains first; then
     // two probes of 4 s, over well before its probation 20 s after it was

@@ -9,6 +9,7 @@ use pathpilot_testbed::{AluaSpec, Backstore, Testbed};
 use pathpilot_tests::{
     boot_or_skip,
     guest::{daemon_log, daemon_status, poll, start_daemon},
+    prom,
 };
 
 const LUNS: usize = 16;
@@ -16,7 +17,7 @@ const PORTS: usize = 4;
 
 const CONFIG: &str = r#"mode = "tune"
 window_secs = 1
-metrics = "off"
+metrics = "127.0.0.1:9777"
 [checker]
 interval_secs = 1
 timeout_secs = 5
@@ -240,6 +241,45 @@ fn sixteen_luns_of_four_paths_are_built_checked_watched_and_shown() -> Result<()
         idle.threads,
         load.threads,
         tb.sh(&format!("cat /proc/{DAEMON}/task/*/comm | sort | uniq -c"))?
+    );
+
+    // What a fleet's Prometheus stores of this host: series by scope, at
+    // each level of `metrics_histograms` (re-read on SIGHUP), and the
+    // exposition clean by promtool's lint.
+    let mut budget = vec![];
+    for detail in ["size_classes", "paths", "maps"] {
+        tb.sh(&format!(
+            "cat > /etc/pathpilot/test.toml <<'EOF'\nmetrics_histograms = \"{detail}\"\n{CONFIG}EOF\n\
+             kill -HUP {DAEMON}"
+        ))?;
+        let text = poll(
+            &tb,
+            "the new histograms exported",
+            Duration::from_secs(10),
+            |tb| {
+                let s = daemon_status(tb)?;
+                Ok(s["metrics_histograms"] == detail)
+            },
+        )
+        .and_then(|_| prom::scrape(&tb))?;
+        let lint = prom::check_metrics(&text)?;
+        ensure!(
+            lint.is_empty(),
+            "promtool check metrics ({detail}): {lint:#?}"
+        );
+        let (host, map, path) = prom::series_by_scope(&text);
+        eprintln!(
+            "MEASURED series with metrics_histograms = {detail}: {} in all at {LUNS} maps x \
+             {PORTS} paths: host {host}, maps {map} ({:.0} a map), paths {path} ({:.0} a path)",
+            host + map + path,
+            map as f64 / LUNS as f64,
+            path as f64 / (LUNS * PORTS) as f64
+        );
+        budget.push((host, map, path));
+    }
+    ensure!(
+        budget[0].2 > budget[1].2 && budget[1].2 > budget[2].2 && budget[0].1 == budget[2].1,
+        "each level drops only path histograms: {budget:?}"
     );
 
     // The operator's views: every map in `list`; `top` scrolls and filters.

@@ -23,6 +23,10 @@ pub(crate) fn example_status() -> DaemonStatus {
         size_hist: vec![(4096, 10 * k), (65536, 100 * k)],
         lat_hist: vec![(0, 1), (131072, 60 * k), (1 << 20, 50 * k), (1 << 40, 1)],
         lat_sum_ns: 110 * k * 400_000,
+        lat_by_size_hist: vec![
+            ("<16k".into(), vec![(131072, 10 * k)]),
+            ("64k-256k".into(), vec![(131072, 50 * k), (1 << 20, 50 * k)]),
+        ],
     };
     let rates = |mib: f64| Rates {
         interval_s: 1.0,
@@ -83,6 +87,7 @@ pub(crate) fn example_status() -> DaemonStatus {
         bpf_watched: 5,
         bpf_counted: 5,
         bio_probe: true,
+        metrics_histograms: Default::default(),
         observed_pct: 100.0,
         bpf_stats: Some(true),
         bpf_programs: vec![
@@ -123,8 +128,11 @@ pub(crate) fn example_status() -> DaemonStatus {
                 tuner: "tune".into(),
                 paused: false,
                 class: Some("read/large/seq".into()),
-                pinned: vec![],
-                outside_change: None,
+                pinned: vec!["nr_requests".into()],
+                outside_change: Some("table changed outside pathpilot: selector".into()),
+                outside_change_since_unix: Some(1_700_000_100.0),
+                pinned_since_unix: Some(1_700_000_200.0),
+                queue_if_no_path: true,
                 settings: Some(Settings {
                     selector: Selector::ServiceTime,
                     weights: vec![10, 20],

@@ -24,6 +24,10 @@ pub struct Totals {
     /// Cumulative latencies: (bucket lower bound in ns, count).
     pub lat_hist: Vec<(u64, u64)>,
     pub lat_sum_ns: u64,
+    /// Cumulative latencies by request size class (`<16k`, ...), in the
+    /// buckets of `lat_hist`; only classes seen.
+    #[serde(default)]
+    pub lat_by_size_hist: Vec<(String, Vec<(u64, u64)>)>,
 }
 
 /// One window's figures of a device (a subset of `pathpilot stat --json`).
@@ -124,6 +128,16 @@ pub struct MapReport {
     /// Why tuning stopped for a change someone else made, until resumed.
     #[serde(default)]
     pub outside_change: Option<String>,
+    /// When tuning stopped for it (Unix seconds).
+    #[serde(default)]
+    pub outside_change_since_unix: Option<f64>,
+    /// When the operator's pins were made (Unix seconds), while any is.
+    #[serde(default)]
+    pub pinned_since_unix: Option<f64>,
+    /// The map queues I/O while it has no usable path (queue_if_no_path
+    /// as the kernel holds it now).
+    #[serde(default)]
+    pub queue_if_no_path: bool,
     pub rates: Rates,
     pub totals: Totals,
     pub paths: Vec<PathReport>,
@@ -168,6 +182,10 @@ pub struct DaemonStatus {
     /// The per-bio probe is attached (config `bio_probe`): without it no
     /// bytes are counted per cgroup, and `cgroups` stays empty.
     pub bio_probe: bool,
+    /// The finest histograms the metrics endpoint exports (config
+    /// `metrics_histograms`).
+    #[serde(default)]
+    pub metrics_histograms: crate::config::MetricsHistograms,
     /// The share of the last window the probes were attached, in percent:
     /// 100 unless observation is time-sampled (config `observe_duty`), and
     /// 100 then too while a tuner measures toward a decision.

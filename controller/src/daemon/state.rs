@@ -39,6 +39,10 @@ pub struct OperatorState {
     /// Knobs the operator set, with the value set: the tuner leaves them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pins: BTreeMap<Knob, String>,
+    /// When the knobs became pinned (Unix seconds): since then the tuner
+    /// has left them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_unix: Option<f64>,
 }
 
 impl OperatorState {
@@ -59,6 +63,17 @@ impl OperatorState {
 
     pub fn is_empty(&self) -> bool {
         self.failed_paths.is_empty() && self.pins.is_empty()
+    }
+
+    /// Sets the pinned knobs (`pins`) at Unix time `now`: the time they
+    /// became pinned stays while any is, and goes with the last.
+    pub fn set_pins(&mut self, pins: BTreeMap<Knob, String>, now: f64) {
+        self.pinned_unix = match (pins.is_empty(), self.pinned_unix) {
+            (true, _) => None,
+            (false, Some(t)) => Some(t),
+            (false, None) => Some(now),
+        };
+        self.pins = pins;
     }
 }
 
@@ -151,6 +166,24 @@ mod tests {
     }
 
     #[test]
+    fn pins_keep_the_time_they_were_first_pinned() {
+        let mut o = OperatorState::default();
+        let pins = |ks: &[Knob]| ks.iter().map(|k| (*k, "x".to_string())).collect();
+        o.set_pins(pins(&[Knob::Selector]), 100.0);
+        assert_eq!(o.pinned_unix, Some(100.0));
+        // Another knob pinned later: pinned since the first.
+        o.set_pins(pins(&[Knob::Selector, Knob::NrRequests]), 200.0);
+        assert_eq!(o.pinned_unix, Some(100.0));
+        o.set_pins(pins(&[Knob::NrRequests]), 300.0);
+        assert_eq!(o.pinned_unix, Some(100.0));
+        // All released: not pinned; pinned again, from then.
+        o.set_pins(pins(&[]), 400.0);
+        assert_eq!(o.pinned_unix, None);
+        o.set_pins(pins(&[Knob::NrRequests]), 500.0);
+        assert_eq!(o.pinned_unix, Some(500.0));
+    }
+
+    #[test]
     fn round_trip_and_the_old_format() {
         let p = scratch("rt");
         assert_eq!(SavedState::load(&p).unwrap(), SavedState::default());
@@ -161,6 +194,7 @@ mod tests {
         let mut o = OperatorState::default();
         o.set_failed(DevNum::new(8, 16), true);
         o.pins.insert(Knob::Selector, "round-robin".into());
+        o.pinned_unix = Some(1_700_000_000.0);
         s.set_operator("mpatha", o.clone());
         s.save(&p).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();

@@ -100,6 +100,11 @@ pub struct SizeClassLatency {
     pub samples: u64,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    /// The class's latencies by bucket, as `DeviceInterval::lat_hist`
+    /// (lower bound in ns -> count): the daemon adds them up for its
+    /// metrics. Not in `stat --json`.
+    #[serde(skip)]
+    pub hist: BTreeMap<u64, u64>,
 }
 
 /// The names of the size classes (`pathpilot_common::SIZE_CLASS_BOUNDS`).
@@ -281,6 +286,7 @@ impl DeviceInterval {
                         samples,
                         p50_us: us(hist::quantile(&h, 0.50)),
                         p99_us: us(hist::quantile(&h, 0.99)),
+                        hist: nonzero_buckets(&h, hist::bucket_low),
                     })
                 })
                 .collect(),

@@ -111,8 +111,9 @@ pub struct Tuner {
     /// The map's path groups are not the tuner's to change (an adopted
     /// map's, or an array's priority groups): it tunes the first group.
     fixed_groups: bool,
-    /// Someone else changed the map: no tuning until an operator resumes.
-    held: Option<String>,
+    /// Someone else changed the map (why, and when tuning first stopped
+    /// for it): no tuning until an operator resumes.
+    held: Option<(String, f64)>,
     /// The workload's own shape (mean bio size, read share) when the
     /// measurement in progress began: a window far from it means the
     /// workload changed, even inside one class.
@@ -216,7 +217,13 @@ impl Tuner {
 
     /// Why tuning stopped for a change made by someone else, if it did.
     pub fn held(&self) -> Option<&str> {
-        self.held.as_deref()
+        self.held.as_ref().map(|(why, _)| why.as_str())
+    }
+
+    /// When tuning stopped for a change made by someone else (the tuner's
+    /// clock), if it did.
+    pub fn held_since(&self) -> Option<f64> {
+        self.held.as_ref().map(|(_, t)| *t)
     }
 
     /// An operator paused the map, or someone else changed it: the table
@@ -244,7 +251,8 @@ impl Tuner {
         self.event(t, format!("{why}: tuning stopped (resume with `pathpilot ctl '{{\"cmd\":\"resume\",\"map\":\"{}\"}}'`)", self.map), Outcome::Outside);
         self.current = now;
         self.dropped = None;
-        self.held = Some(why.to_string());
+        let since = self.held_since().unwrap_or(t);
+        self.held = Some((why.to_string(), since));
         self.phase = Phase::Baseline(vec![]);
     }
 

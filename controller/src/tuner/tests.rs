@@ -1206,8 +1206,16 @@ fn a_change_found_before_the_tuners_own_is_not_overwritten_nor_logged_as_tried()
     assert_eq!(log.last().map(|d| d.outcome), Some(Outcome::Outside));
     assert!(!r.tuner.trying());
     assert_eq!(r.tuner.settings(), &now, "the other party's change stands");
+    let since = r
+        .tuner
+        .held_since()
+        .expect("held since the change was found");
+    assert_eq!(since, r.t);
     r.steps(&mut p, 10, 64.0, 0.0, 1.0, &Health::default());
     assert!(r.applied.is_empty(), "nothing is changed while held");
+    // A second change while held keeps the time tuning stopped.
+    change_outside(&mut r);
+    assert_eq!(r.tuner.held_since(), Some(since));
     // Resumed, the withdrawn candidate is not held as rejected: the tuner
     // may propose it again at once.
     r.tuner.set_user_paused(false, r.t);

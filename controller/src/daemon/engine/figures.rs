@@ -9,7 +9,7 @@ use crate::{
     ctl::status::{Rates, SizeLatency, Totals},
     observer::{
         DeviceInterval, Snapshot,
-        interval::{byte_shares, cgroup_bytes},
+        interval::{SIZE_CLASS_NAMES, byte_shares, cgroup_bytes},
     },
     tuner::{Class, Window},
 };
@@ -86,6 +86,21 @@ fn totals_add(t: &mut Totals, i: &DeviceInterval) {
     };
     add(&mut t.size_hist, &i.size_hist);
     add(&mut t.lat_hist, &i.lat_hist);
+    // Classes in their order of size, each once.
+    let rank = |n: &str| SIZE_CLASS_NAMES.iter().position(|x| *x == n);
+    for c in &i.lat_by_size {
+        let at = match t
+            .lat_by_size_hist
+            .binary_search_by_key(&rank(c.class), |(n, _)| rank(n))
+        {
+            Ok(at) => at,
+            Err(at) => {
+                t.lat_by_size_hist.insert(at, (c.class.to_string(), vec![]));
+                at
+            }
+        };
+        add(&mut t.lat_by_size_hist[at].1, &c.hist);
+    }
     t.lat_sum_ns += i
         .lat_mean_us
         .map(|m| (m * 1000.0 * i.lat_samples as f64) as u64)
@@ -123,6 +138,7 @@ fn rates_of(i: &DeviceInterval) -> Rates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observer::SizeClassLatency;
 
     #[test]
     fn totals_add_histograms_bucket_by_bucket_in_order() {
@@ -143,5 +159,27 @@ mod tests {
         );
         assert_eq!(t.lat_hist, vec![(1024, 6)]);
         assert_eq!(t.read_ios, 6);
+        // By size class: in their order of size, whichever came first.
+        let class = |class, hist: &[(u64, u64)]| SizeClassLatency {
+            class,
+            samples: hist.iter().map(|(_, c)| c).sum(),
+            p50_us: None,
+            p99_us: None,
+            hist: hist.iter().copied().collect(),
+        };
+        i.lat_by_size = vec![class("64k-256k", &[(1 << 20, 2)])];
+        totals_add(&mut t, &i);
+        i.lat_by_size = vec![
+            class("<16k", &[(1 << 14, 1)]),
+            class("64k-256k", &[(1 << 20, 1), (1 << 21, 4)]),
+        ];
+        totals_add(&mut t, &i);
+        assert_eq!(
+            t.lat_by_size_hist,
+            vec![
+                ("<16k".to_string(), vec![(1 << 14, 1)]),
+                ("64k-256k".to_string(), vec![(1 << 20, 3), (1 << 21, 4)]),
+            ]
+        );
     }
 }

@@ -101,12 +101,13 @@ impl Engine {
         for p in &m.paths {
             o.set_failed(p.dev, p.admin_failed);
         }
-        o.pins.clear();
-        if let Some(tu) = &m.tuner {
-            for k in tu.pinned() {
-                o.pins.insert(*k, tu.settings().show(*k));
-            }
-        }
+        let pins = m.tuner.as_ref().map_or_else(Default::default, |tu| {
+            tu.pinned()
+                .iter()
+                .map(|k| (*k, tu.settings().show(*k)))
+                .collect()
+        });
+        o.set_pins(pins, crate::clock::unix_now());
         let name = m.name.clone();
         self.state.set_operator(&name, o);
         self.save_state();

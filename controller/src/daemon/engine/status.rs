@@ -24,13 +24,17 @@ impl Engine {
             maps: self
                 .maps
                 .iter()
-                .map(|m| map_report(m, &self.checkers))
+                .map(|m| {
+                    let pinned = self.state.operator(&m.name).pinned_unix;
+                    map_report(m, &self.checkers, self.started.unix, pinned)
+                })
                 .collect(),
             decisions: self.log.kept(),
             decision_counts: self.log.counts(),
             bpf_watched: self.obs.watched().len(),
             bpf_counted: self.last.snapshot.devices.len(),
             bio_probe: self.cfg.bio_probe,
+            metrics_histograms: self.cfg.metrics_histograms,
             observed_pct: self.last.observed_pct,
             bpf_stats: crate::observer::bpf_stats_enabled(),
             bpf_programs: self.obs.program_costs(),
@@ -39,8 +43,14 @@ impl Engine {
     }
 }
 
-/// A map as the status shows it.
-fn map_report(m: &MapEntry, checkers: &Checkers) -> MapReport {
+/// A map as the status shows it; `started_unix` is when the tuners'
+/// clock started, `pinned_unix` when the operator's pins were made.
+fn map_report(
+    m: &MapEntry,
+    checkers: &Checkers,
+    started_unix: f64,
+    pinned_unix: Option<f64>,
+) -> MapReport {
     let tuner = m.tuner.as_ref();
     let table = m.table.as_ref();
     let weights: HashMap<DevNum, u32> = table
@@ -87,6 +97,9 @@ fn map_report(m: &MapEntry, checkers: &Checkers) -> MapReport {
             .map(|t| t.pinned().iter().map(|k| k.name().to_string()).collect())
             .unwrap_or_default(),
         outside_change: tuner.and_then(|t| t.held().map(str::to_string)),
+        outside_change_since_unix: tuner.and_then(|t| t.held_since()).map(|t| started_unix + t),
+        pinned_since_unix: pinned_unix.filter(|_| tuner.is_some_and(|t| !t.pinned().is_empty())),
+        queue_if_no_path: m.queue_if_no_path,
         rates: f.rates.clone(),
         totals: f.totals.clone(),
         cgroups: f.cgroups.clone(),

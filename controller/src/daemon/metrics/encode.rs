@@ -4,7 +4,10 @@
 //! so dashboards and alerts see a stable schema.
 use std::fmt::Write as _;
 
-use crate::ctl::status::{DaemonStatus, MapReport, PathReport, Totals};
+use crate::{
+    config::MetricsHistograms,
+    ctl::status::{DaemonStatus, MapReport, PathReport, Totals},
+};
 
 /// Size buckets hold [2^k, 2^(k+1)) bytes, so `le` is 2^(k+1) - 1: exact,
 /// where a bound of 2^(k+1) would wrongly claim the 2^(k+1)-byte requests
@@ -92,6 +95,19 @@ impl Out {
         le_of: impl Fn(u32) -> f64,
         sum: f64,
     ) {
+        self.buckets(name, base, hist, le_log2, le_of);
+        self.sample(&format!("{name}_sum"), &labels_with(base, &[]), sum);
+    }
+
+    /// A histogram's buckets and count (a histogram without a sum).
+    fn buckets(
+        &mut self,
+        name: &str,
+        base: &str,
+        hist: &[(u64, u64)],
+        le_log2: &std::ops::RangeInclusive<u32>,
+        le_of: impl Fn(u32) -> f64,
+    ) {
         // Bucket [low, 2 low), and [0, 2) for the first: counted in every
         // `le` at or above its last value.
         let high = |low: u64| if low == 0 { 2 } else { low.saturating_mul(2) };
@@ -115,7 +131,6 @@ impl Out {
             &labels_with(base, &[("le", "+Inf")]),
             count as f64,
         );
-        self.sample(&format!("{name}_sum"), &labels_with(base, &[]), sum);
         self.sample(
             &format!("{name}_count"),
             &labels_with(base, &[]),
@@ -134,8 +149,11 @@ fn labels_with(base: &str, extra: &[(&str, &str)]) -> String {
     }
 }
 
-/// The device families shared by maps and paths (`what` is "map"/"path").
-fn device_families(o: &mut Out, what: &str, items: &[(String, &Totals)]) {
+/// The device families shared by maps and paths (`what` is "map"/"path");
+/// the histograms' series only with `histograms` (their families are
+/// declared either way).
+fn device_families(o: &mut Out, what: &str, items: &[(String, &Totals)], histograms: bool) {
+    let hist_items = if histograms { items } else { &[] };
     let p = format!("pathpilot_{what}");
     o.each(
         &format!("{p}_read_bytes_total"),
@@ -189,7 +207,7 @@ fn device_families(o: &mut Out, what: &str, items: &[(String, &Totals)]) {
         "histogram",
         &format!("Size of the requests on the {what} (log2 buckets, le = 2^k - 1)."),
     );
-    for (l, t) in items {
+    for (l, t) in hist_items {
         o.histogram(
             &name,
             l,
@@ -205,7 +223,7 @@ fn device_families(o: &mut Out, what: &str, items: &[(String, &Totals)]) {
         "histogram",
         &format!("Issue-to-completion time of the requests on the {what} (log2 buckets)."),
     );
-    for (l, t) in items {
+    for (l, t) in hist_items {
         o.histogram(
             &name,
             l,
@@ -328,7 +346,7 @@ pub fn render(s: &DaemonStatus) -> String {
     let maps: Vec<(String, &MapReport)> = s.maps.iter().map(|m| (map_l(m), m)).collect();
     let map_totals: Vec<(String, &Totals)> =
         maps.iter().map(|(l, m)| (l.clone(), &m.totals)).collect();
-    device_families(&mut o, "map", &map_totals);
+    device_families(&mut o, "map", &map_totals, true);
     o.each(
         "pathpilot_map_inflight",
         "gauge",
@@ -357,6 +375,31 @@ pub fn render(s: &DaemonStatus) -> String {
         &maps,
         |m| Some(f64::from(u8::from(m.paused))),
     );
+    o.each(
+        "pathpilot_map_queue_if_no_path",
+        "gauge",
+        "1 while the map queues I/O when it has no usable path (queue_if_no_path).",
+        &maps,
+        |m| Some(f64::from(u8::from(m.queue_if_no_path))),
+    );
+    o.family(
+        "pathpilot_map_tuning_held_since_seconds",
+        "gauge",
+        "Since when tuning of the map has been held, seconds since the epoch, by reason: \
+         outside_change (a change made outside pathpilot, until resumed) or pinned (knobs \
+         an operator set, until released).",
+    );
+    for (l, m) in &maps {
+        for (reason, since) in [
+            ("outside_change", m.outside_change_since_unix),
+            ("pinned", m.pinned_since_unix),
+        ] {
+            if let Some(t) = since {
+                let l = labels_with(l, &[("reason", reason)]);
+                o.sample("pathpilot_map_tuning_held_since_seconds", &l, t);
+            }
+        }
+    }
     o.family(
         "pathpilot_map_knob",
         "gauge",
@@ -406,7 +449,13 @@ pub fn render(s: &DaemonStatus) -> String {
         .collect();
     let path_totals: Vec<(String, &Totals)> =
         paths.iter().map(|(l, p)| (l.clone(), &p.totals)).collect();
-    device_families(&mut o, "path", &path_totals);
+    let detail = s.metrics_histograms;
+    device_families(
+        &mut o,
+        "path",
+        &path_totals,
+        detail != MetricsHistograms::Maps,
+    );
     o.each(
         "pathpilot_path_inflight",
         "gauge",
@@ -457,18 +506,20 @@ pub fn render(s: &DaemonStatus) -> String {
         |p| Some(p.share_pct / 100.0),
     );
     // By request size class: a path's speed is comparable only within one.
+    // The probes count each class's latencies by bucket but keep no time
+    // sum per class, so the histogram has buckets and a count, no sum.
+    let name = "pathpilot_path_latency_by_size_seconds";
     o.family(
-        "pathpilot_path_latency_by_size_seconds",
-        "gauge",
-        "The path's latency quantiles in the last window, by request size class.",
+        name,
+        "histogram",
+        "Issue-to-completion time of the requests on the path by request size class \
+         (log2 buckets; no _sum).",
     );
-    for (l, p) in &paths {
-        for c in &p.rates.lat_by_size {
-            for (q, v) in [("0.5", c.p50_us), ("0.99", c.p99_us)] {
-                if let Some(us) = v {
-                    let lab = labels_with(l, &[("size_class", &c.class), ("quantile", q)]);
-                    o.sample("pathpilot_path_latency_by_size_seconds", &lab, us / 1e6);
-                }
+    if detail == MetricsHistograms::SizeClasses {
+        for (l, p) in &paths {
+            for (class, hist) in &p.totals.lat_by_size_hist {
+                let l = labels_with(l, &[("size_class", class)]);
+                o.buckets(name, &l, hist, &LAT_LE_LOG2, |k| (1u64 << k) as f64 / 1e9);
             }
         }
     }
@@ -603,6 +654,41 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_drops_the_finer_histograms_and_keeps_every_family() {
+        let series = |detail| {
+            let mut s = example_status();
+            s.metrics_histograms = detail;
+            let text = render(&s);
+            let count = |prefix: &str| {
+                text.lines()
+                    .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+                    .count()
+            };
+            let families = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+            (
+                count("pathpilot_path_latency_by_size_seconds"),
+                count("pathpilot_path_latency_seconds") + count("pathpilot_path_request_size"),
+                count("pathpilot_map_latency_seconds"),
+                count("pathpilot_"),
+                families,
+            )
+        };
+        let full = series(MetricsHistograms::SizeClasses);
+        let paths = series(MetricsHistograms::Paths);
+        let maps = series(MetricsHistograms::Maps);
+        assert!(full.0 > 0 && full.1 > 0 && full.2 > 0, "{full:?}");
+        assert_eq!(
+            (paths.0, paths.1, paths.2),
+            (0, full.1, full.2),
+            "{paths:?}"
+        );
+        assert_eq!((maps.0, maps.1, maps.2), (0, 0, full.2), "{maps:?}");
+        assert!(full.3 > paths.3 && paths.3 > maps.3);
+        // Every family is still declared.
+        assert_eq!((full.4, paths.4), (maps.4, maps.4));
+    }
+
+    #[test]
     fn figures_are_right() {
         let text = render(&example_status());
         let has = |l: &str| assert!(text.lines().any(|x| x == l), "missing {l}\n{text}");
@@ -631,9 +717,37 @@ mod tests {
         has("pathpilot_observed_ratio 1");
         has(r#"pathpilot_bpf_program_runs_total{program="block_rq_complete"} 4000"#);
         has(r#"pathpilot_bpf_program_run_seconds_total{program="block_rq_issue"} 0.00013"#);
+        // By size class: a histogram per class seen, in the latency buckets.
+        let b = format!(r#"pathpilot_path_latency_by_size_seconds_bucket{{{a},path="sdb""#);
+        has(&format!(r#"{b},size_class="<16k",le="0.000131072"}} 0"#));
+        has(&format!(r#"{b},size_class="<16k",le="0.000262144"}} 10"#));
         has(&format!(
-            r#"pathpilot_path_latency_by_size_seconds{{{a},path="sdb",size_class="<16k",quantile="0.99"}} 0.0018"#
+            r#"{b},size_class="64k-256k",le="0.000262144"}} 50"#
         ));
+        has(&format!(
+            r#"{b},size_class="64k-256k",le="0.002097152"}} 100"#
+        ));
+        has(&format!(r#"{b},size_class="64k-256k",le="+Inf"}} 100"#));
+        has(&format!(
+            r#"pathpilot_path_latency_by_size_seconds_count{{{a},path="sdb",size_class="<16k"}} 10"#
+        ));
+        assert!(
+            !text.contains(r#"size_class="16k-64k""#),
+            "a class never seen"
+        );
+        assert!(!text.contains("pathpilot_path_latency_by_size_seconds_sum"));
+        has(&format!("pathpilot_map_queue_if_no_path{{{a}}} 1"));
+        has(r#"pathpilot_map_queue_if_no_path{map="mpathb",wwid="36001405bbbb"} 0"#);
+        has(&format!(
+            r#"pathpilot_map_tuning_held_since_seconds{{{a},reason="outside_change"}} 1700000100"#
+        ));
+        has(&format!(
+            r#"pathpilot_map_tuning_held_since_seconds{{{a},reason="pinned"}} 1700000200"#
+        ));
+        assert!(
+            !text.contains(r#"held_since_seconds{map="mpathb""#),
+            "not held"
+        );
         // A 4 KiB request is at or below 8191 but not 4095; 64 KiB ones
         // from 131071 on.
         let b = format!("pathpilot_map_request_size_bytes_bucket{{{a}");
@@ -710,6 +824,34 @@ mod tests {
             }
         }
         assert!(used.len() >= 8, "{used:?}");
+        for name in &used {
+            assert!(family_of(&types, name).is_some(), "{name} is not exported");
+        }
+    }
+
+    #[test]
+    fn the_prometheus_rules_use_only_exported_metrics() {
+        let (types, _) = families(&render(&example_status()));
+        let re = regex_lite::Regex::new(r"pathpilot_[a-z_]+").unwrap();
+        // Recording rules' names (`level:metric:operations`) are the rules'
+        // own series.
+        let recorded = regex_lite::Regex::new(r"[a-z_]+:[a-z_]+:[a-z0-9_]+").unwrap();
+        let mut used = BTreeSet::new();
+        for rules in [
+            include_str!("../../../../dashboards/prometheus/pathpilot-alerts.yml"),
+            include_str!("../../../../dashboards/prometheus/pathpilot-records.yml"),
+        ] {
+            // Only expressions: recording rules' own names (`instance:..`)
+            // and annotations may say anything.
+            for l in rules.lines().map(str::trim) {
+                if l.starts_with("record:") || l.starts_with("summary:") || l.starts_with('#') {
+                    continue;
+                }
+                let l = recorded.replace_all(l, "");
+                used.extend(re.find_iter(&l).map(|m| m.as_str().to_string()));
+            }
+        }
+        assert!(used.len() >= 10, "{used:?}");
         for name in &used {
             assert!(family_of(&types, name).is_some(), "{name} is not exported");
         }
