@@ -18,7 +18,9 @@ const NO_DAEMON: i32 = 6;
 /// What a command that needs device-mapper exits with: not found where
 /// dm exists, a plain failure naming device-mapper where it does not.
 fn dm_not_found() -> (i32, &'static str) {
-    if std::path::Path::new("/dev/mapper/control").exists() {
+    // The kernel's device-mapper, not merely its node: a tool such as
+    // libdevmapper creates /dev/mapper/control where no driver answers it.
+    if std::path::Path::new("/sys/class/misc/device-mapper").exists() {
         (NOT_FOUND, "")
     } else {
         (1, "device-mapper")
