@@ -82,6 +82,7 @@ pub struct Config {
     pub tuner: TunerConfig,
     pub marginal: marginal::MarginalConfig,
     pub filter: FilterConfig,
+    pub beside: BesideConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -136,6 +137,16 @@ pub struct TunerConfig {
     pub retry_after_secs: f64,
 }
 
+/// Working beside multipathd, on the maps it owns.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BesideConfig {
+    /// Apply the advice for a map's table (`pathpilot advise`) through
+    /// multipathd: its entry in /etc/multipath/conf.d/pathpilot.conf,
+    /// then `multipathd reconfigure`. Off: advice only.
+    pub apply: bool,
+}
+
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FilterConfig {
@@ -162,6 +173,7 @@ impl Default for Config {
             tuner: TunerConfig::default(),
             marginal: marginal::MarginalConfig::default(),
             filter: FilterConfig::default(),
+            beside: BesideConfig::default(),
         }
     }
 }
@@ -762,12 +774,20 @@ pub const KEYS: &[KeyDoc] = &[
         example: None,
         doc: "blacklist_exceptions",
     },
+    KeyDoc {
+        section: "beside",
+        key: "apply",
+        default: |c| Some(c.beside.apply.to_string()),
+        example: None,
+        doc: "apply table advice through multipathd (conf.d + reconfigure)",
+    },
 ];
 
 /// A line on each table, after its `[name]`.
 fn section_doc(section: &str) -> &'static str {
     match section {
         "filter" => "multipath.conf blacklist semantics",
+        "beside" => "maps multipathd owns (docs/migration.md)",
         "marginal" => "sick paths (docs/marginal-paths.md)",
         _ => "",
     }

@@ -2,8 +2,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use pathpilot::cli::{
-    Cli, Command, create, ctl, daemon, exit_code, generate, list, log, long_version, path, reload,
-    remove, set, stat, top,
+    Cli, Command, advise, create, ctl, daemon, exit_code, generate, handover, list, log,
+    long_version, path, reload, remove, set, stat, top,
 };
 
 fn main() -> ExitCode {
@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         Command::Daemon(a) => daemon::run(a),
         Command::Ctl(a) => ctl::run(a),
         Command::Log(a) => log::run(a),
+        Command::Advise(a) => advise::run(a),
+        Command::Takeover(a) => handover::takeover(a),
+        Command::Handback(a) => handover::handback(a),
         Command::Generate(a) => generate::run(a),
     };
     match res {

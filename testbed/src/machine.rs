@@ -507,6 +507,45 @@ impl Testbed {
         ))
     }
 
+    /// multipath-tools' daemon in the guest as on a host that runs it:
+    /// udevd (multipathd finds paths through its database and follows its
+    /// events) and multipathd with `conf` as /etc/multipath.conf (the WWIDs
+    /// in `wwids` added to /etc/multipath/wwids first, for a configuration
+    /// whose `find_multipaths` wants them known). Returns once multipathd
+    /// holds a map named `map` of `paths` paths, with its table.
+    pub fn start_multipathd(
+        &self,
+        conf: &str,
+        wwids: &[&str],
+        map: &str,
+        paths: usize,
+    ) -> Result<String> {
+        let wwids: String = wwids.iter().map(|w| format!("/{w}/\n")).collect();
+        self.sh(&format!(
+            "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
+             cat > /etc/multipath.conf <<'EOF'\n{conf}\nEOF\n\
+             printf '{wwids}' > /etc/multipath/wwids\n\
+             ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
+             pidof systemd-udevd >/dev/null || /tmp/systemd-udevd --daemon\n\
+             udevadm trigger --action=add; udevadm settle -t 30\n\
+             multipathd </dev/null >/tmp/multipathd.out 2>&1\n\
+             i=0; until multipathd show maps raw format '%n %N' 2>/dev/null | grep -q '^{map} {paths}$'; do \
+               i=$((i+1)); [ $i -lt 150 ] || {{ cat /tmp/multipathd.out; multipathd show maps; exit 1; }}; \
+               sleep 0.2; done\n\
+             dmsetup table {map}"
+        ))
+    }
+
+    /// multipathd and udevd stop; the maps stay.
+    pub fn stop_multipathd(&self) -> Result<()> {
+        self.sh("multipathd shutdown >/dev/null 2>&1; i=0; \
+             while pidof multipathd >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n\
+             udevadm control --exit; while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
+             rm -rf /run/udev /etc/multipath.conf /etc/multipath/wwids; ! pidof multipathd")
+            .context("stopping multipathd")?;
+        Ok(())
+    }
+
     /// Removes the maps multipath-tools made (`multipath -F`) and forgets
     /// their WWIDs, so that pathpilot can make its own.
     pub fn flush_multipath_tools(&self) -> Result<()> {

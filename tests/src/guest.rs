@@ -191,6 +191,26 @@ impl TestbedExt for Testbed {
     }
 }
 
+/// A daemon config for fast tests in `mode`: 2 s windows, short settle
+/// and hold times. It ends in the `[tuner]` table, so a caller may add
+/// tuner keys, then tables of its own.
+pub fn fast_config(mode: &str) -> String {
+    format!(
+        r#"mode = "{mode}"
+window_secs = 2
+metrics = "off"
+[checker]
+interval_secs = 1
+timeout_secs = 4
+[tuner]
+windows = 2
+settle_windows = 1
+reload_min_interval_secs = 2
+flap_hold_secs = 6
+"#
+    )
+}
+
 /// Starts `pathpilot daemon` in the guest with config text `cfg` and
 /// environment `env` (e.g. `PATHPILOT_FAULT=...`, or empty), and waits
 /// until it answers on its socket. Its pid goes to /tmp/daemon.pid, its
@@ -320,6 +340,9 @@ pub struct Fio {
     /// Read bandwidth, KiB/s.
     pub read_kib_s: f64,
     pub write_kib: u64,
+    /// The longest issue-to-completion time of a read and of a write, ms.
+    pub read_lat_max_ms: f64,
+    pub write_lat_max_ms: f64,
     pub verify_failures: usize,
 }
 
@@ -342,6 +365,10 @@ pub fn parse_fio_terse(out: &str) -> Result<Fio> {
             .parse()
             .with_context(|| format!("fio field 6: {line}"))?,
         write_kib: num(46)?,
+        // Total latency max, in microseconds: field 39 of each direction
+        // (1-based; the write fields follow the read ones 41 on).
+        read_lat_max_ms: field(38)?.parse::<f64>().unwrap_or(0.0) / 1000.0,
+        write_lat_max_ms: field(79)?.parse::<f64>().unwrap_or(0.0) / 1000.0,
         verify_failures: out
             .lines()
             .filter(|l| l.contains("verify") && (l.contains("bad") || l.contains("fail")))

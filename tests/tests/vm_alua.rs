@@ -11,27 +11,17 @@ use pathpilot_testbed::{AluaSpec, AluaState, Backstore, Testbed};
 use pathpilot_tests::{
     boot_or_skip,
     guest::{
-        daemon_log, daemon_status, expect_clean, poll, poll_since, start_daemon, verified_writer,
-        wait_map_ready,
+        daemon_log, daemon_status, expect_clean, fast_config, poll, poll_since, start_daemon,
+        verified_writer, wait_map_ready,
     },
 };
 
 // The stall budget is raised because the emulated LIO array drains a
 // suspend slowly (a reload stalled 894 ms on a CI machine, which froze the
 // tuner for 600 s); the budget itself is the tuner's unit tests' concern.
-const CONFIG: &str = r#"mode = "tune"
-window_secs = 2
-metrics = "off"
-[checker]
-interval_secs = 1
-timeout_secs = 4
-[tuner]
-windows = 2
-settle_windows = 1
-reload_min_interval_secs = 2
-flap_hold_secs = 6
-max_stall_ms = 5000
-"#;
+fn config() -> String {
+    format!("{}max_stall_ms = 5000\n", fast_config("tune"))
+}
 
 /// A ramdisk LUN behind ports `spec` (e.g. `10:ao,20:an`).
 fn ramdisk_array(spec: &str) -> Result<AluaSpec> {
@@ -102,7 +92,7 @@ fn shares_over(tb: &Testbed, secs: u64) -> Result<Vec<f64>> {
 fn an_alua_lun_is_grouped_by_priority_and_follows_the_array() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().alua(ramdisk_array("10:ao,20:an")?));
     let devs = port_devs(&tb)?;
-    start_daemon(&tb, CONFIG, "")?;
+    start_daemon(&tb, &config(), "")?;
     wait_map_ready(&tb, 2)?;
 
     // As multipath-tools builds it: the alua handler, a group per
@@ -189,7 +179,7 @@ fn the_map_is_the_one_multipath_tools_builds() -> Result<()> {
     eprintln!("multipath-tools:\n{ll}\n{theirs}");
     tb.flush_multipath_tools()?;
 
-    start_daemon(&tb, CONFIG, "")?;
+    start_daemon(&tb, &config(), "")?;
     wait_map_ready(&tb, 3)?;
     let ours = table(&tb)?;
     let list = tb.sh("pathpilot list")?;
@@ -228,7 +218,7 @@ fn the_map_is_the_one_multipath_tools_builds() -> Result<()> {
 fn an_unavailable_port_fails_over_and_back() -> Result<()> {
     let tb = boot_or_skip!(Testbed::builder().alua(ramdisk_array("10:ao,20:an")?));
     let devs = port_devs(&tb)?;
-    start_daemon(&tb, CONFIG, "")?;
+    start_daemon(&tb, &config(), "")?;
     wait_map_ready(&tb, 2)?;
     let job = tb.spawn(&verified_writer(35))?;
     std::thread::sleep(Duration::from_secs(4));
@@ -306,8 +296,10 @@ fn the_tuner_works_inside_the_optimized_group() -> Result<()> {
             .alua(spec)
     );
     let devs = port_devs(&tb)?;
-    let cfg =
-        format!("{CONFIG}[maps]\nselector = \"round-robin\"\n[filter]\ndeny = [\"device=QEMU\"]\n");
+    let cfg = format!(
+        "{}[maps]\nselector = \"round-robin\"\n[filter]\ndeny = [\"device=QEMU\"]\n",
+        config()
+    );
     start_daemon(&tb, &cfg, "")?;
     wait_map_ready(&tb, 4)?;
     let (hw, g) = groups(&tb)?;

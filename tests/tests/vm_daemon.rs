@@ -12,27 +12,12 @@ use pathpilot_testbed::Testbed;
 use pathpilot_testbed::figures::{bw_per_second, median};
 use pathpilot_tests::{
     boot_or_skip,
-    guest::{TestbedExt, daemon_log, daemon_status, multipath_table, start_daemon},
+    guest::{TestbedExt, daemon_log, daemon_status, fast_config, multipath_table, start_daemon},
 };
 
-/// A config for fast tests: 2 s windows, short settle and hold times.
+/// A config for fast tests with the maps' `selector`.
 fn config(mode: &str, selector: &str) -> String {
-    format!(
-        r#"mode = "{mode}"
-window_secs = 2
-metrics = "off"
-[maps]
-selector = "{selector}"
-[checker]
-interval_secs = 1
-timeout_secs = 4
-[tuner]
-windows = 2
-settle_windows = 1
-reload_min_interval_secs = 2
-flap_hold_secs = 6
-"#
-    )
+    format!("{}[maps]\nselector = \"{selector}\"\n", fast_config(mode))
 }
 
 /// MiB/s of `secs` of 64 KiB random reads at QD16 on `dev`.

@@ -10,10 +10,12 @@ use crate::{
     sysfs_knobs::KnobError,
 };
 
+pub mod advise;
 pub mod create;
 pub mod ctl;
 pub mod daemon;
 pub mod generate;
+pub mod handover;
 pub mod list;
 pub mod log;
 pub mod path;
@@ -67,6 +69,14 @@ pub enum Command {
     Ctl(ctl::Args),
     /// The tuner's decisions, from the daemon (`--follow` to keep watching).
     Log(log::Args),
+    /// What multipath.conf could say better for the maps multipathd owns
+    /// (grouping, selector), with the reasons measured by the daemon.
+    Advise(advise::Args),
+    /// multipathd's maps pass to the daemon: multipathd stops and leaves
+    /// them in place, the daemon manages them as they are (no reload).
+    Takeover(handover::Args),
+    /// The daemon's maps pass to multipathd, which starts and adopts them.
+    Handback(handover::Args),
     /// Man pages, shell completions or the default config file, for
     /// packagers.
     #[command(hide = true)]

@@ -120,6 +120,7 @@ pub(crate) fn example_status() -> DaemonStatus {
                 size_sectors: 2_097_152,
                 managed: true,
                 unmanaged_reason: None,
+                beside_multipathd: false,
                 selector: "service-time".into(),
                 features: "queue_if_no_path".into(),
                 hwhandler: "0".into(),

@@ -67,12 +67,34 @@ pub enum ControlRequest {
         #[serde(default)]
         knobs: Vec<Knob>,
     },
+    /// multipathd's maps pass to the daemon (`pathpilot takeover`): all of
+    /// them, or `map` when it is multipathd's only one.
+    Takeover {
+        #[serde(default)]
+        map: Option<String>,
+    },
+    /// The daemon's maps pass to multipathd (`pathpilot handback`).
+    Handback {
+        #[serde(default)]
+        map: Option<String>,
+    },
 }
 
 impl ControlRequest {
     /// Whether the request changes anything (root only).
     pub fn is_change(&self) -> bool {
         !matches!(self, ControlRequest::Status | ControlRequest::Log { .. })
+    }
+
+    /// How long the engine may take to answer: a handover waits for
+    /// multipathd to stop or start.
+    pub fn engine_timeout(&self) -> std::time::Duration {
+        match self {
+            ControlRequest::Takeover { .. } | ControlRequest::Handback { .. } => {
+                std::time::Duration::from_secs(60)
+            }
+            _ => std::time::Duration::from_secs(10),
+        }
     }
 }
 
@@ -232,6 +254,8 @@ mod tests {
                 map: "m".into(),
                 knobs: vec![],
             },
+            ControlRequest::Takeover { map: None },
+            ControlRequest::Handback { map: None },
         ];
         for r in &all {
             match r {
@@ -245,7 +269,9 @@ mod tests {
                 | ControlRequest::Mode { .. }
                 | ControlRequest::Reload { .. }
                 | ControlRequest::Set { .. }
-                | ControlRequest::Release { .. } => {}
+                | ControlRequest::Release { .. }
+                | ControlRequest::Takeover { .. }
+                | ControlRequest::Handback { .. } => {}
             }
         }
         all

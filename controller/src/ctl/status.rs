@@ -109,6 +109,10 @@ pub struct MapReport {
     /// observes it, and why not.
     pub managed: bool,
     pub unmanaged_reason: Option<String>,
+    /// multipathd owns the map; pathpilot tunes its queue knobs beside it
+    /// and advises on its table.
+    #[serde(default)]
+    pub beside_multipathd: bool,
     pub selector: String,
     pub features: String,
     pub hwhandler: String,

@@ -32,8 +32,6 @@ use crate::ctl::{
 
 /// A client whose socket buffer stays full this long is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a change waits for the engine before `unavailable`.
-pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection that sends no complete line for this long is closed, so
 /// idle clients cannot use up [`MAX_CLIENTS`].
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -368,17 +366,18 @@ fn read(req: &ControlRequest, shared: &Shared) -> String {
 
 async fn change(req: ControlRequest, shared: &Shared) -> Response {
     let stopping = || Response::err(ErrorCode::Unavailable, "the daemon is stopping");
+    let wait = req.engine_timeout();
     let Some(reply) = shared.submit(req) else {
         return stopping();
     };
-    match timeout(ENGINE_TIMEOUT, reply).await {
+    match timeout(wait, reply).await {
         Ok(Ok(r)) => r,
         Ok(Err(_)) => stopping(),
         Err(_) => Response::err(
             ErrorCode::Unavailable,
             format!(
                 "the daemon's engine did not answer within {} s (the change may still be carried out)",
-                ENGINE_TIMEOUT.as_secs()
+                wait.as_secs()
             ),
         ),
     }

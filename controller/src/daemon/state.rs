@@ -26,6 +26,14 @@ pub struct SavedState {
     /// Operator decisions per map name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub operator: BTreeMap<String, OperatorState>,
+    /// WWID -> the multipath.conf entry applied through multipathd
+    /// (`beside.apply`), as written under its conf.d.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub beside_entries: BTreeMap<String, String>,
+    /// A takeover or handback under way: what to finish or undo if the
+    /// daemon dies before it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<crate::policy::handover::Journal>,
 }
 
 /// What an operator decided for one map; it lasts until the operator

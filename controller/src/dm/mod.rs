@@ -626,15 +626,17 @@ impl Dm {
     }
 }
 
-/// The environment variable of the test-only fault hook: set to
-/// `reload-after-load`, it makes the process SIGKILL itself right after
-/// [`Dm::reload`] loaded the new table (the resume not yet asked), so tests
-/// can prove that a map survives a controller dying mid-reload and that
-/// the next start repairs it. Unset (always, in production) it costs one
-/// environment lookup per reload.
+/// The environment variable of the test-only fault hook: set to a step's
+/// name, it makes the process SIGKILL itself at that step, so tests can
+/// prove that the next start repairs what was cut short:
+/// `reload-after-load` right after [`Dm::reload`] loaded the new table
+/// (the resume not yet asked), `takeover-after-stop` once multipathd has
+/// stopped (its maps not yet managed), `handback-after-release` once the
+/// maps are let go (multipathd not yet started). Unset (always, in
+/// production) it costs one environment lookup per step.
 pub const FAULT_ENV: &str = "PATHPILOT_FAULT";
 
-fn fault_point(step: &str) {
+pub(crate) fn fault_point(step: &str) {
     if std::env::var_os(FAULT_ENV).is_some_and(|v| v == step) {
         eprintln!("pathpilot: {FAULT_ENV}={step}: killing myself (test fault hook)");
         // SAFETY: raise has no preconditions; SIGKILL cannot be caught, so

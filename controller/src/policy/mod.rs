@@ -3,7 +3,9 @@
 //! operator changes something. The engine is the loop that feeds them what
 //! the kernel shows and carries out what they decide, through
 //! [`ops::MapOps`] where device-mapper is involved.
+pub mod advice;
 pub mod failback;
+pub mod handover;
 pub mod hotplug;
 pub mod marginal;
 pub mod no_path_retry;

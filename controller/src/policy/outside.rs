@@ -26,7 +26,9 @@ pub fn table_change(expected: &MultipathTable, live: &MultipathTable) -> Option<
     let sel = |t: &MultipathTable| {
         t.groups
             .iter()
-            .map(|g| g.selector.name().to_string())
+            .map(|g| g.selector.name())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -95,6 +97,23 @@ mod tests {
                 .starts_with("path arguments or order: '0 "),
             "{:?}",
             table_change(&a, &w)
+        );
+    }
+
+    #[test]
+    fn a_path_leaving_a_failover_map_is_named_by_path_and_groups() {
+        let four: MultipathTable = "0 2097152 multipath 0 0 4 1 service-time 0 1 2 8:0 1 1 \
+                                    service-time 0 1 2 8:16 1 1 service-time 0 1 2 8:32 1 1 \
+                                    service-time 0 1 2 8:48 1 1"
+            .parse()
+            .unwrap();
+        let three: MultipathTable = "0 2097152 multipath 0 0 3 1 service-time 0 1 2 8:16 1 1 \
+                                     service-time 0 1 2 8:32 1 1 service-time 0 1 2 8:48 1 1"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            table_change(&four, &three).unwrap(),
+            "paths -8:0, 4 -> 3 path groups"
         );
     }
 

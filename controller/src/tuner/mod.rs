@@ -111,6 +111,9 @@ pub struct Tuner {
     /// The map's path groups are not the tuner's to change (an adopted
     /// map's, or an array's priority groups): it tunes the first group.
     fixed_groups: bool,
+    /// The map's table is another program's (multipathd's): only the
+    /// queue knobs, set through sysfs, are the tuner's.
+    queue_knobs_only: bool,
     /// Someone else changed the map (why, and when tuning first stopped
     /// for it): no tuning until an operator resumes.
     held: Option<(String, f64)>,
@@ -159,6 +162,7 @@ impl Tuner {
             dead: HashSet::new(),
             pinned: BTreeSet::new(),
             fixed_groups: false,
+            queue_knobs_only: false,
             held: None,
             shape: None,
             path_caps: None,
@@ -208,11 +212,17 @@ impl Tuner {
         self.fixed_groups = fixed;
     }
 
+    /// Whether only the queue knobs are the tuner's (see the field).
+    pub fn set_queue_knobs_only(&mut self, only: bool) {
+        self.queue_knobs_only = only;
+    }
+
     /// Knobs no trial or snap-back may move.
     fn off_limits(&self, k: Knob) -> bool {
         self.pinned.contains(&k)
             || self.dead.contains(&k)
             || (self.fixed_groups && k == Knob::ActivePaths)
+            || (self.queue_knobs_only && !k.is_queue_knob())
     }
 
     /// Why tuning stopped for a change made by someone else, if it did.

@@ -46,6 +46,13 @@ impl Knob {
     pub fn needs_reload(self) -> bool {
         matches!(self, Knob::Selector | Knob::Weights | Knob::ActivePaths)
     }
+
+    /// A queue knob: written in sysfs, and no program that reloads the
+    /// map's table sets it again (multipathd sets max_sectors_kb on a path
+    /// as it adds it, so that one is the table's).
+    pub fn is_queue_knob(self) -> bool {
+        matches!(self, Knob::NrRequests | Knob::Scheduler | Knob::QueueDepth)
+    }
 }
 
 /// One map's setting of every honoured knob.

@@ -362,6 +362,32 @@ fn small_sequential_writes_lower_queue_depth() {
 }
 
 #[test]
+fn beside_another_owner_only_the_queue_knobs_are_tried() {
+    // Unequal paths, where the table knobs would win most: they are
+    // another program's. Small sequential writes, where queue depth wins.
+    let f = |s: &Settings| {
+        asym(s)
+            + match s.queue_depth {
+                2 => 20.0,
+                _ => 0.0,
+            }
+    };
+    let mut p = Plant::new(f, vec![10.0, 20.0, 40.0, 80.0]);
+    let mut r = Run::new(Mode::Tune, example(4));
+    r.tuner.set_queue_knobs_only(true);
+    r.steps(&mut p, 80, 4.0, 0.95, 0.0, &Health::default());
+    assert!(!r.applied.is_empty(), "{:#?}", r.tuner.drain());
+    assert!(
+        r.applied.iter().all(|(k, _)| k.is_queue_knob()),
+        "{:?}",
+        r.applied.iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    assert_eq!(r.tuner.settings().selector, example(4).selector);
+    let qd = r.tuner.settings().queue_depth;
+    assert_eq!(qd, 2, "{:#?}", r.tuner.drain());
+}
+
+#[test]
 fn weights_follow_capacity() {
     assert_eq!(
         weights_from(&[10.0, 20.0, 40.0, 80.0]),

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 
 use super::{Engine, say};
 use crate::{
-    blockdev::DevNum, daemon::actuator, mpath::grouping, observer::DeviceInterval,
+    blockdev::DevNum, daemon::actuator, dm::multipathd, mpath::grouping, observer::DeviceInterval,
     policy::marginal, tuner::Mode,
 };
 
@@ -19,7 +19,10 @@ impl Engine {
         // someone else owns the table. A tuner paused for a failed path
         // goes on judging: a path that dm fails again and again is sick.
         let Some(tu) = m.tuner.as_ref() else { return };
-        if !m.managed || tu.mode() == Mode::Observe || tu.hands_off() || !self.cfg.marginal.enabled
+        if !(m.managed || m.beside)
+            || tu.mode() == Mode::Observe
+            || tu.hands_off()
+            || !self.cfg.marginal.enabled
         {
             return;
         }
@@ -70,12 +73,63 @@ impl Engine {
             why.push(format!("path {path} {}: {}", c.to, c.why));
         }
         let why = why.join("; ");
-        if mode == Mode::Tune {
+        if mode == Mode::Tune && self.maps[mi].beside {
+            self.follow_health_beside(mi, t, &why);
+        } else if mode == Mode::Tune {
             self.follow_health(mi, &why);
         } else if let Some(tu) = self.maps[mi].tuner.as_mut() {
             tu.health_changed(t, format!("{why} (advise: the map is left as it is)"), None);
             self.drain_tuner(mi);
         }
+    }
+
+    /// Beside multipathd a marginal path is set aside by multipathd
+    /// itself (`setmarginal path`, into its marginal path group) where its
+    /// configuration groups marginal paths apart; elsewhere pathpilot only
+    /// says what it would do: its own table would fight multipathd's.
+    fn follow_health_beside(&mut self, mi: usize, t: f64, why: &str) {
+        let want = self.maps[mi].health.marginal();
+        let name = self.maps[mi].name.clone();
+        let m = &self.maps[mi];
+        let newly: Vec<String> = want
+            .iter()
+            .filter(|d| !m.set_aside.contains(d))
+            .map(|d| m.path_name(*d))
+            .collect();
+        let back: Vec<String> = m
+            .set_aside
+            .iter()
+            .filter(|d| !want.contains(d))
+            .map(|d| m.path_name(*d))
+            .collect();
+        let said = match multipathd::marginal_groups() {
+            Ok(true) => {
+                let mut done = vec![];
+                for (cmd, paths) in [("setmarginal", &newly), ("unsetmarginal", &back)] {
+                    for p in paths {
+                        match multipathd::Multipathd::connect()
+                            .and_then(|mut c| c.act(&format!("{cmd} path {p}")))
+                        {
+                            Ok(()) => done.push(format!("multipathd {cmd} path {p}")),
+                            Err(e) => say!("{name}: {e}"),
+                        }
+                    }
+                }
+                self.maps[mi].set_aside = want;
+                format!("{why}; sent: {}", done.join(", "))
+            }
+            Ok(false) => format!(
+                "{why} (multipathd's marginal_pathgroups is off: it would serve a marginal \
+                 path as any other; set marginal_pathgroups in multipath.conf to let \
+                 pathpilot set marginal paths aside through multipathd)"
+            ),
+            Err(e) => format!("{why} (multipathd cannot be asked: {e})"),
+        };
+        say!("{name}: {said}");
+        if let Some(tu) = self.maps[mi].tuner.as_mut() {
+            tu.health_changed(t, said, None);
+        }
+        self.drain_tuner(mi);
     }
 
     /// Sets aside what the health model calls marginal now, and takes

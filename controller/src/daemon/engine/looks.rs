@@ -76,7 +76,25 @@ impl Engine {
         let Some(tuner) = m.tuner.as_mut() else {
             return;
         };
-        let moved = outside::knob_change(tuner.settings(), live);
+        let mut moved = outside::knob_change(tuner.settings(), live);
+        // Beside multipathd the table's knobs are its to set: followed.
+        if m.beside && moved.iter().any(|k| !k.is_queue_knob()) {
+            say!(
+                "{}: multipathd's table moved ({}): tuning follows",
+                m.name,
+                moved
+                    .iter()
+                    .filter(|k| !k.is_queue_knob())
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            moved.retain(|k| k.is_queue_knob());
+            if moved.is_empty() {
+                tuner.reset_to(live.clone());
+                return;
+            }
+        }
         if moved.is_empty() {
             return;
         }

@@ -62,6 +62,10 @@ pub(super) struct MapEntry {
     pub(super) vendor_model: String,
     pub(super) managed: bool,
     pub(super) unmanaged_reason: Option<String>,
+    /// multipathd owns the map (its table, its paths' checks): pathpilot
+    /// observes it, tunes its queue knobs, and acts on its paths only
+    /// through multipathd's commands.
+    pub(super) beside: bool,
     /// The live table as last read.
     pub(super) table: Option<MultipathTable>,
     /// The table pathpilot last left on the map (read back after each of

@@ -57,10 +57,14 @@ impl Engine {
                 .to_string();
             let ours = self.state.maps.get(&m.name) == Some(&wwid) && !wwid.is_empty();
             let adopt = !wwid.is_empty() && self.cfg.maps.adopt.contains(&wwid);
+            let beside = self.multipathd.is_some() && !self.hands_off();
             let (managed, reason) = match (&self.multipathd, ours, adopt) {
                 (Some(md), _, _) => (
                     false,
-                    Some(format!("multipathd is running ({md}) and may own it")),
+                    Some(format!(
+                        "multipathd owns it ({md}): its queue knobs are tuned beside it, \
+                         its table only advised (`pathpilot advise`)"
+                    )),
                 ),
                 (None, true, _) => (true, None),
                 (None, false, true) => (true, None),
@@ -82,6 +86,8 @@ impl Engine {
                     } else {
                         "adopted (maps.adopt)"
                     }
+                } else if beside {
+                    "multipathd's: tuned beside it (queue knobs)"
                 } else {
                     "observed only"
                 }
@@ -103,6 +109,9 @@ impl Engine {
                 table,
                 fixed,
             )?;
+            if beside {
+                self.beside(self.maps.len() - 1)?;
+            }
             if info.suspended
                 && let Some(e) = self.maps.last_mut()
             {
@@ -223,6 +232,7 @@ impl Engine {
             vendor_model,
             managed,
             unmanaged_reason,
+            beside: false,
             expected: managed.then(|| table.clone()),
             table: Some(table),
             fixed_groups,
@@ -275,6 +285,29 @@ impl Engine {
                 Err(e) => say!("{name}: cannot fail the operator's failed paths: {e}"),
             }
         }
+        Ok(())
+    }
+
+    /// Map `e`, multipathd's, is tuned beside it: a tuner that moves only
+    /// the queue knobs (multipathd reloads the table from its own
+    /// configuration, and never writes those).
+    fn beside(&mut self, mi: usize) -> Result<()> {
+        let e = &self.maps[mi];
+        let tp = e.tuned_paths();
+        let settings = actuator::read_settings(&self.dm, &e.target(&tp))
+            .map_err(|err| anyhow::anyhow!("reading {}'s settings: {err:#}", e.name))?;
+        let mut tuner = Tuner::new(
+            &e.name,
+            self.cfg.mode,
+            self.cfg.tuner(),
+            settings,
+            available_selectors(),
+        );
+        tuner.set_queue_knobs_only(true);
+        tuner.set_fixed_groups(true);
+        let e = &mut self.maps[mi];
+        e.beside = true;
+        e.tuner = Some(tuner);
         Ok(())
     }
 
@@ -424,6 +457,31 @@ impl Engine {
         Ok(())
     }
 
+    /// Each multipath map's live table, by name: a table multipathd
+    /// changes shows here; a reload of the same table does not.
+    pub(super) fn map_tables(&self) -> HashMap<String, String> {
+        let names = self.dm.list().unwrap_or_default();
+        names
+            .into_iter()
+            .filter_map(|e| {
+                let t = self.dm.multipath_table(&e.name).ok()?;
+                Some((e.name, t.to_string()))
+            })
+            .collect()
+    }
+
+    /// Each dm device's event counter, by name (none where listing fails).
+    pub(super) fn map_events(&self) -> HashMap<String, u32> {
+        self.dm
+            .list()
+            .map(|l| {
+                l.into_iter()
+                    .filter_map(|e| Some((e.name, e.event_nr?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Re-reads the maps' tables and status: path states from the kernel,
     /// and a table someone else loaded. `all`: every map; else those whose
     /// event counter moved, whose dm device announced a change, or not
@@ -432,15 +490,7 @@ impl Engine {
     pub(super) fn refresh_status(&mut self, all: bool) {
         let now = Instant::now();
         let t = self.t();
-        let events: HashMap<String, u32> = self
-            .dm
-            .list()
-            .map(|l| {
-                l.into_iter()
-                    .filter_map(|e| Some((e.name, e.event_nr?)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let events = self.map_events();
         for mi in 0..self.maps.len() {
             let name = self.maps[mi].name.clone();
             let Some((event_nr, suspended)) = self.event_and_suspended(mi, &events) else {
@@ -575,8 +625,16 @@ impl Engine {
             .as_ref()
             .and_then(|e| outside::table_change(e, &live));
         let Some(what) = change else {
+            let moved = m
+                .table
+                .as_ref()
+                .filter(|_| m.beside)
+                .and_then(|old| outside::table_change(old, &live));
             if let Err(e) = self.follow_table(mi, live) {
                 say!("{}: {e:#}", self.maps[mi].name);
+            }
+            if let Some(moved) = moved {
+                self.follow_owner(mi, &moved);
             }
             return;
         };
@@ -594,11 +652,30 @@ impl Engine {
         self.drain_tuner(mi);
     }
 
+    /// multipathd loaded a new table for map `mi` (a path came or went, its
+    /// configuration changed): the tuner starts again from what the kernel
+    /// holds now, the table's knobs and the new paths' queue knobs being
+    /// multipathd's and the kernel's, not changes to undo.
+    fn follow_owner(&mut self, mi: usize, moved: &str) {
+        say!(
+            "{}: multipathd reloaded the map ({moved}): tuning follows from what the kernel holds",
+            self.maps[mi].name
+        );
+        let Ok(now) = self.read_settings(mi) else {
+            return;
+        };
+        if let Some(tu) = self.maps[mi].tuner.as_mut()
+            && tu.settings() != &now
+        {
+            tu.reset_to(now);
+        }
+    }
+
     /// Whether a map's path groups are not the tuner's to change: an
     /// adopted map's own groups, an ALUA array's priority groups, or any
     /// grouping configured other than multibus. (A map of ours in two
     /// groups is otherwise the tuner's own split.)
-    fn groups_fixed(&self, table: &MultipathTable, ours: bool) -> bool {
+    pub(super) fn groups_fixed(&self, table: &MultipathTable, ours: bool) -> bool {
         let alua = table.hw_handler.as_ref().is_some_and(|h| h.name == "alua");
         alua || self.cfg.grouping(false) != Grouping::Multibus || (!ours && table.groups.len() > 1)
     }
@@ -845,4 +922,18 @@ fn available_selectors() -> Vec<Selector> {
     .into_iter()
     .filter(|s| crate::dm::selector_available(s.name()))
     .collect()
+}
+
+/// The maps whose table is not the one it was, sorted by name.
+pub(super) fn tables_changed(
+    before: &HashMap<String, String>,
+    after: &HashMap<String, String>,
+) -> Vec<String> {
+    let mut v: Vec<String> = after
+        .iter()
+        .filter(|(n, t)| before.get(*n).is_some_and(|b| b != *t))
+        .map(|(n, _)| n.clone())
+        .collect();
+    v.sort();
+    v
 }

@@ -41,10 +41,12 @@ use crate::{
     tuner::{Mode, Settings, Tuner},
 };
 
+mod beside;
 mod cpu;
 mod decisions;
 mod events;
 mod figures;
+mod handover;
 mod health;
 mod looks;
 mod map_entry;
@@ -107,6 +109,8 @@ pub struct Engine {
     started: Started,
     log: DecisionLog,
     multipathd: Option<String>,
+    /// Applying table advice through multipathd (`beside.apply`).
+    beside_apply: beside::BesideApply,
     stop: Arc<AtomicBool>,
     reload_config: Arc<AtomicBool>,
     cpu: CpuAccount,
@@ -166,6 +170,7 @@ impl Engine {
             started: Started::now(),
             log: DecisionLog::default(),
             multipathd: multipathd::running(),
+            beside_apply: Default::default(),
             stop,
             reload_config,
             cpu: CpuAccount::default(),
@@ -175,8 +180,13 @@ impl Engine {
             uevents,
         };
         if let Some(m) = &e.multipathd {
-            say!("multipathd is running ({m}): its maps are observed only, none adopted");
+            say!(
+                "multipathd is running ({m}): its maps are its own; pathpilot observes them, \
+                 tunes their queue knobs beside it and advises on their tables \
+                 (`pathpilot advise`; `pathpilot takeover` hands them to pathpilot)"
+            );
         }
+        e.repair_handover();
         e.adopt_existing()?;
         if e.cfg.maps.create && !e.hands_off() {
             e.create_missing()?;

@@ -71,6 +71,8 @@ impl Engine {
             ControlRequest::Reload { map, expect, table } => self.op_reload(&map, &expect, &table),
             ControlRequest::Set { target, settings } => self.op_set(&target, &settings),
             ControlRequest::Release { map, knobs } => self.op_release(&map, &knobs),
+            ControlRequest::Takeover { map } => self.op_takeover(map),
+            ControlRequest::Handback { map } => self.op_handback(map),
         }
     }
 

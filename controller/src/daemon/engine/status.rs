@@ -45,7 +45,7 @@ impl Engine {
 
 /// A map as the status shows it; `started_unix` is when the tuners'
 /// clock started, `pinned_unix` when the operator's pins were made.
-fn map_report(
+pub(super) fn map_report(
     m: &MapEntry,
     checkers: &Checkers,
     started_unix: f64,
@@ -78,6 +78,7 @@ fn map_report(
         vendor_model: m.vendor_model.clone(),
         size_sectors: table.map_or(0, |t| t.length),
         managed: m.managed,
+        beside_multipathd: m.beside,
         unmanaged_reason: m.unmanaged_reason.clone(),
         selector: table
             .and_then(|t| t.groups.first())

@@ -60,6 +60,7 @@ impl Engine {
             let health = tuner_health(&self.maps[mi], &self.checkers, &silent, t);
             self.tune(mi, t, &w, &health);
             self.drain_tuner(mi);
+            self.apply_advice_if_due(mi);
         }
         self.last.close(cur);
         Ok(())

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pathpilot_testbed::figures::median;
 use pathpilot_testbed::{Link, Testbed};
 use serde_json::{Value, json};
@@ -253,7 +253,7 @@ pub fn run(o: &Opts) -> Result<Report> {
                 }
                 Meet::Multipathd => {
                     rig.stop_daemon()?;
-                    stop_multipathd(&tb)?;
+                    tb.stop_multipathd()?;
                     rig.start_daemon("advise")?;
                 }
                 _ => {}
@@ -272,33 +272,13 @@ pub fn run(o: &Opts) -> Result<Report> {
 /// multipathd takes the map over with [`MULTIPATHD_DEFAULTS`]; udevd runs
 /// for it (it finds paths through udev's database).
 fn start_multipathd(tb: &Testbed) -> Result<()> {
-    let out = tb.sh(&format!(
-        "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
-         cat > /etc/multipath.conf <<'EOF'\ndefaults {{\n{MULTIPATHD_DEFAULTS}}}\n\
-         multipaths {{\n    multipath {{\n        wwid {w}\n        alias mpatha\n    }}\n}}\nEOF\n\
-         ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
-         /tmp/systemd-udevd --daemon\n\
-         udevadm trigger --action=add; udevadm settle -t 30\n\
-         echo '/{w}/' > /etc/multipath/wwids\n\
-         multipathd </dev/null >/tmp/multipathd.out 2>&1\n\
-         i=0; until multipathd show maps raw format '%n %N' 2>/dev/null | grep -q '^mpatha 4'; do \
-           i=$((i+1)); [ $i -lt 150 ] || {{ cat /tmp/multipathd.out; multipathd show maps; exit 1; }}; \
-           sleep 0.2; done\n\
-         dmsetup table mpatha",
+    let conf = format!(
+        "defaults {{\n{MULTIPATHD_DEFAULTS}}}\n\
+         multipaths {{\n    multipath {{\n        wwid {w}\n        alias mpatha\n    }}\n}}",
         w = wwid()
-    ))?;
+    );
+    let out = tb.start_multipathd(&conf, &[&wwid()], "mpatha", 4)?;
     eprintln!("bench: multipathd holds mpatha: {}", out.trim());
-    Ok(())
-}
-
-/// multipathd and udevd stop; the map stays (the next point loads its
-/// own table).
-fn stop_multipathd(tb: &Testbed) -> Result<()> {
-    tb.sh("multipathd shutdown >/dev/null 2>&1; i=0; \
-         while pidof multipathd >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n\
-         udevadm control --exit; while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
-         rm -rf /run/udev /etc/multipath.conf /etc/multipath/wwids; ! pidof multipathd")
-        .context("stopping multipathd")?;
     Ok(())
 }
 
