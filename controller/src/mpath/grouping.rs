@@ -19,6 +19,11 @@ pub enum Grouping {
     GroupByPrio,
     /// One group per target port group, ordered by priority.
     GroupByTpg,
+    /// One group per serial number (VPD page 0x80): the paths through one
+    /// controller of an array that gives each its own serial.
+    GroupBySerial,
+    /// One group per target node name (the FC node, the iSCSI target).
+    GroupByNodeName,
 }
 
 impl std::str::FromStr for Grouping {
@@ -29,9 +34,11 @@ impl std::str::FromStr for Grouping {
             "multibus" => Grouping::Multibus,
             "group_by_prio" => Grouping::GroupByPrio,
             "group_by_tpg" => Grouping::GroupByTpg,
+            "group_by_serial" => Grouping::GroupBySerial,
+            "group_by_node_name" => Grouping::GroupByNodeName,
             _ => {
                 return Err(format!(
-                    "unknown path_grouping_policy '{s}' (failover, multibus, group_by_prio, group_by_tpg)"
+                    "unknown path_grouping_policy '{s}' (failover, multibus, group_by_prio, group_by_tpg, group_by_serial, group_by_node_name)"
                 ));
             }
         })
@@ -45,6 +52,8 @@ impl Grouping {
             Grouping::Multibus => "multibus",
             Grouping::GroupByPrio => "group_by_prio",
             Grouping::GroupByTpg => "group_by_tpg",
+            Grouping::GroupBySerial => "group_by_serial",
+            Grouping::GroupByNodeName => "group_by_node_name",
         }
     }
 }
@@ -58,34 +67,65 @@ pub struct Candidate {
     pub tpg: Option<u16>,
 }
 
-/// The groups of `paths` under `policy`, in order, each with its priority
-/// (its best path's); paths keep their given order inside a group, and
-/// groups of equal priority theirs.
+/// The groups of `paths` under `policy`, in order, each with its priority,
+/// as multipath-tools' `group_paths` and `sort_pathgroups` make them: a
+/// group's priority is the mean of its paths' (integer division); groups
+/// go highest priority first, and between equal priorities the one with
+/// more paths first, else in the order their first paths came. Paths keep
+/// their given order inside a group. The identity policies
+/// (`group_by_serial`, `group_by_node_name`) group by [`group_with`]'s
+/// identities; without them every path has the empty one, as
+/// multipath-tools' paths whose identity it cannot read.
 pub fn group(policy: Grouping, paths: &[Candidate]) -> Vec<(u32, Vec<DevNum>)> {
-    let mut groups: Vec<(u32, Vec<DevNum>)> = vec![];
-    let mut keys: Vec<Option<u32>> = vec![];
+    group_with(policy, paths, &[])
+}
+
+/// [`group`] with each path's identity for the identity policies: its
+/// serial for `group_by_serial`, its target node name for
+/// `group_by_node_name` (`idents[i]` is path i's; missing ones are empty).
+pub fn group_with(
+    policy: Grouping,
+    paths: &[Candidate],
+    idents: &[Option<&str>],
+) -> Vec<(u32, Vec<DevNum>)> {
+    #[derive(PartialEq)]
+    enum Key<'a> {
+        One,
+        Own(usize),
+        Prio(u32),
+        Tpg(u32),
+        Ident(&'a str),
+    }
+    let mut groups: Vec<(Key<'_>, Vec<&Candidate>)> = vec![];
     for (i, p) in paths.iter().enumerate() {
         // Which group a path joins: by policy, a key shared by its peers.
         let key = match policy {
-            Grouping::Multibus => Some(0),
-            Grouping::Failover => Some(i as u32 + 1),
-            Grouping::GroupByPrio => Some(p.prio),
-            Grouping::GroupByTpg => p.tpg.map(u32::from).or(Some(0x1_0000 + i as u32)),
+            Grouping::Multibus => Key::One,
+            Grouping::Failover => Key::Own(i),
+            Grouping::GroupByPrio => Key::Prio(p.prio),
+            Grouping::GroupByTpg => p.tpg.map_or(Key::Own(i), |t| Key::Tpg(u32::from(t))),
+            Grouping::GroupBySerial | Grouping::GroupByNodeName => {
+                Key::Ident(idents.get(i).copied().flatten().unwrap_or(""))
+            }
         };
-        match keys.iter().position(|k| *k == key) {
-            Some(g) => {
-                groups[g].0 = groups[g].0.max(p.prio);
-                groups[g].1.push(p.dev);
-            }
-            None => {
-                keys.push(key);
-                groups.push((p.prio, vec![p.dev]));
-            }
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(p),
+            None => groups.push((key, vec![p])),
         }
     }
-    // Stable: equal priorities keep their order.
-    groups.sort_by_key(|g| std::cmp::Reverse(g.0));
-    groups
+    let mut out: Vec<(u32, Vec<DevNum>)> = groups
+        .into_iter()
+        .map(|(_, g)| {
+            let sum: u64 = g.iter().map(|p| u64::from(p.prio)).sum();
+            (
+                (sum / g.len() as u64) as u32,
+                g.iter().map(|p| p.dev).collect(),
+            )
+        })
+        .collect();
+    // Stable: equal priorities and sizes keep their order.
+    out.sort_by_key(|(prio, devs)| (std::cmp::Reverse(*prio), std::cmp::Reverse(devs.len())));
+    out
 }
 
 /// A table over `groups` (in priority order) with `selector` in each,
@@ -288,9 +328,10 @@ mod tests {
             devs(&group(Grouping::GroupByTpg, &p)),
             vec![(50, vec![32, 48]), (10, vec![0, 16])]
         );
+        // A group's priority is its paths' mean.
         assert_eq!(
             devs(&group(Grouping::Multibus, &p)),
-            vec![(50, vec![0, 16, 32, 48])]
+            vec![(30, vec![0, 16, 32, 48])]
         );
         assert_eq!(
             devs(&group(Grouping::Failover, &p)),
@@ -303,6 +344,46 @@ mod tests {
         );
         assert_eq!("group_by_tpg".parse::<Grouping>(), Ok(Grouping::GroupByTpg));
         assert!("by_luck".parse::<Grouping>().is_err());
+    }
+
+    #[test]
+    fn identity_policies_group_by_serial_or_node_and_sort_by_mean_then_size() {
+        // Two controllers, each with its own serial: A's ports optimized.
+        let p = [
+            c(0, 10, 2),
+            c(16, 50, 1),
+            c(32, 10, 2),
+            c(48, 50, 1),
+            c(64, 50, 1),
+        ];
+        let ids = [Some("B"), Some("A"), Some("B"), Some("A"), None];
+        assert_eq!(
+            devs(&group_with(Grouping::GroupBySerial, &p, &ids)),
+            vec![(50, vec![16, 48]), (50, vec![64]), (10, vec![0, 32])]
+        );
+        // Means: (50 + 10) / 2 = 30 for the mixed group; a bigger group
+        // goes first between equals.
+        let q = [c(0, 1, 1), c(16, 1, 1), c(32, 1, 1)];
+        let ids = [Some("x"), Some("y"), Some("y")];
+        assert_eq!(
+            devs(&group_with(Grouping::GroupByNodeName, &q, &ids)),
+            vec![(1, vec![16, 32]), (1, vec![0])]
+        );
+        let r = [c(0, 50, 1), c(16, 10, 1), c(32, 20, 1)];
+        let ids = [Some("x"), Some("x"), Some("y")];
+        assert_eq!(
+            devs(&group_with(Grouping::GroupByNodeName, &r, &ids)),
+            vec![(30, vec![0, 16]), (20, vec![32])]
+        );
+        // Without identities: one group, as multipath-tools with none read.
+        assert_eq!(
+            devs(&group(Grouping::GroupBySerial, &q)),
+            vec![(1, vec![0, 16, 32])]
+        );
+        assert_eq!(
+            "group_by_node_name".parse::<Grouping>(),
+            Ok(Grouping::GroupByNodeName)
+        );
     }
 
     #[test]
