@@ -16,6 +16,7 @@ use crate::blockdev::DevNum;
 
 pub mod alua;
 pub mod filter;
+pub mod identity;
 pub mod naming;
 pub mod uevent;
 pub mod vpd;
@@ -255,12 +256,17 @@ fn scan_root(root: &Path, filter: &Filter, held: Held) -> Scan {
             skip("vanished while scanning".into());
             continue;
         };
-        let subject = Subject {
-            devnode: &p.name,
-            wwid: p.wwid.as_deref(),
-            vendor: &p.vendor,
-            product: &p.model,
-        };
+        let props = filter
+            .wants_properties()
+            .then(|| identity::udev_properties(&p.name, p.dev))
+            .flatten();
+        let protocol = filter
+            .wants_protocol()
+            .then(|| identity::Identity::read(&p.name).map(|i| i.protocol))
+            .flatten();
+        let mut subject = Subject::new(&p.name, p.wwid.as_deref(), &p.vendor, &p.model);
+        subject.properties = props.as_deref();
+        subject.protocol = protocol.as_deref();
         if let Err(why) = filter.check(&subject) {
             skip(why);
             continue;
