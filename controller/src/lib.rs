@@ -10,6 +10,7 @@ pub mod dm;
 pub mod error;
 pub mod lock;
 pub mod mpath;
+pub mod mpconf;
 pub mod observer;
 pub mod policy;
 pub mod sysfs_attr;
