@@ -105,6 +105,10 @@ pub struct MapsConfig {
     /// seconds); `queue_if_no_path` is set again when a path returns.
     /// Absent: queue until a path returns.
     pub no_path_retry_secs: Option<f64>,
+    /// Follow multipath-tools' configuration (multipath.conf, its
+    /// built-in table per array) for the maps pathpilot creates. Unset:
+    /// where multipath-tools is installed (docs/multipath-conf.md).
+    pub follow_multipath_conf: Option<bool>,
     /// WWIDs of maps made by others that pathpilot may manage.
     pub adopt: Vec<String>,
     /// WWID -> map name.
@@ -187,6 +191,7 @@ impl Default for MapsConfig {
             path_grouping_policy: None,
             queue_if_no_path: true,
             no_path_retry_secs: None,
+            follow_multipath_conf: None,
             adopt: vec![],
             aliases: Default::default(),
         }
@@ -328,10 +333,21 @@ impl Config {
                 ),
             );
         }
-        if let Some(g) = &self.maps.path_grouping_policy
-            && let Err(e) = g.parse::<Grouping>()
-        {
-            return bad("path_grouping_policy", e);
+        if let Some(g) = &self.maps.path_grouping_policy {
+            match g.parse::<Grouping>() {
+                Err(e) => return bad("path_grouping_policy", e),
+                // The identity policies need what only planning a map from
+                // multipath.conf reads (serials, node names).
+                Ok(Grouping::GroupBySerial | Grouping::GroupByNodeName) => {
+                    return bad(
+                        "path_grouping_policy",
+                        format!(
+                            "'{g}' is multipath.conf's alone (here: failover, multibus, group_by_prio, group_by_tpg)"
+                        ),
+                    );
+                }
+                Ok(_) => {}
+            }
         }
         if let Some(s) = self.maps.no_path_retry_secs
             && !(0.0..=86400.0).contains(&s)
@@ -438,6 +454,24 @@ impl Config {
             rules(&self.filter.deny)?,
             rules(&self.filter.allow)?,
         ))
+    }
+
+    /// The rules a scan for paths applies: `[filter]`'s, and
+    /// multipath.conf's blacklist and exceptions where it is followed.
+    pub fn scan_filter(&self) -> Result<Filter, String> {
+        let mut f = self.filter()?;
+        if let Some(eff) = crate::mpconf::followed(self).map_err(|e| e.to_string())? {
+            let (deny, allow) = crate::mpconf::lun::filter_rules(&eff)?;
+            f.deny.extend(deny);
+            f.allow.extend(allow);
+        }
+        Ok(f)
+    }
+
+    /// Whether maps follow multipath-tools' configuration: the key, else
+    /// whether multipath-tools is `installed`.
+    pub fn follow_multipath_conf(&self, installed: bool) -> bool {
+        self.maps.follow_multipath_conf.unwrap_or(installed)
     }
 
     /// The grouping of a new map: the configured one, else group_by_prio
@@ -619,6 +653,13 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         section: "maps",
+        key: "follow_multipath_conf",
+        default: |c| c.maps.follow_multipath_conf.map(|b| b.to_string()),
+        example: Some("true"),
+        doc: "build maps as multipath.conf and its per-array table say (unset: where multipath-tools is installed)",
+    },
+    KeyDoc {
+        section: "maps",
         key: "adopt",
         default: |c| Some(toml_list(&c.maps.adopt)),
         example: None,
@@ -765,7 +806,7 @@ pub const KEYS: &[KeyDoc] = &[
         key: "deny",
         default: |c| Some(toml_list(&c.filter.deny)),
         example: None,
-        doc: "\"wwid=RE\", \"devnode=RE\", \"device=VENDOR[/PRODUCT]\"",
+        doc: "\"wwid=RE\", \"devnode=RE\", \"device=VENDOR[/PRODUCT]\", \"property=RE\", \"protocol=RE\"",
     },
     KeyDoc {
         section: "filter",

@@ -1,7 +1,8 @@
 //! Map names as multipath-tools gives them: `mpatha` .. `mpathz`,
-//! `mpathaa` .., the first one free, honouring `/etc/multipath/bindings`
-//! (a WWID bound to an alias keeps it; an alias bound to another WWID is
-//! not free). pathpilot reads the bindings file but never writes it.
+//! `mpathaa` .. (or another `alias_prefix`), the first one free, honouring
+//! `/etc/multipath/bindings` (a WWID bound to an alias keeps it; an alias
+//! bound to another WWID is not free). pathpilot reads the bindings file
+//! but never writes it.
 use std::collections::HashSet;
 
 pub const PREFIX: &str = "mpath";
@@ -34,6 +35,16 @@ pub fn parse_bindings(text: &str) -> Vec<(String, String)> {
 
 /// The name for a new map of `wwid`, given the dm names in use.
 pub fn pick(wwid: &str, in_use: &HashSet<String>, bindings: &[(String, String)]) -> String {
+    pick_prefixed(PREFIX, wwid, in_use, bindings)
+}
+
+/// [`pick`] with another prefix (multipath.conf's `alias_prefix`).
+pub fn pick_prefixed(
+    prefix: &str,
+    wwid: &str,
+    in_use: &HashSet<String>,
+    bindings: &[(String, String)],
+) -> String {
     if let Some((alias, _)) = bindings
         .iter()
         .find(|(a, w)| w == wwid && !in_use.contains(a))
@@ -42,14 +53,19 @@ pub fn pick(wwid: &str, in_use: &HashSet<String>, bindings: &[(String, String)])
     }
     let bound: HashSet<&str> = bindings.iter().map(|(a, _)| a.as_str()).collect();
     (0..)
-        .map(|i| format!("{PREFIX}{}", suffix(i)))
+        .map(|i| format!("{prefix}{}", suffix(i)))
         .find(|n| !in_use.contains(n) && !bound.contains(n.as_str()))
-        .unwrap_or_else(|| format!("{PREFIX}-{wwid}"))
+        .unwrap_or_else(|| format!("{prefix}-{wwid}"))
 }
 
 /// The bindings on this machine (empty if there is no file).
 pub fn system_bindings() -> Vec<(String, String)> {
-    std::fs::read_to_string(BINDINGS)
+    bindings_at(std::path::Path::new(BINDINGS))
+}
+
+/// The bindings of a file (empty if there is none).
+pub fn bindings_at(path: &std::path::Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
         .map(|t| parse_bindings(&t))
         .unwrap_or_default()
 }
@@ -76,5 +92,6 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_eq!(pick("3w", &used, &b), "mpathq");
         assert_eq!(pick("3new", &used, &b), "mpathd");
+        assert_eq!(pick_prefixed("data", "3new", &used, &b), "dataa");
     }
 }

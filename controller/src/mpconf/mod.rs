@@ -10,12 +10,15 @@
 //! - [`model`]: the sections and settings, typed, each with its line;
 //! - [`select`]: propsel.c's choices and their origins;
 //! - [`plan`]: multipath-tools' table and pathpilot's, and why they
-//!   differ.
+//!   differ;
+//! - [`lun`]: a discovered LUN planned, named and filtered with them.
 use std::{
     path::{Path, PathBuf},
     process::Command,
+    sync::{Arc, Mutex},
 };
 
+pub mod lun;
 pub mod model;
 pub mod plan;
 pub mod select;
@@ -30,6 +33,8 @@ use crate::mpath::MultipathTable;
 /// Where multipath-tools keeps its configuration.
 pub const CONF_FILE: &str = "/etc/multipath.conf";
 pub const CONF_DIR: &str = "/etc/multipath/conf.d";
+/// multipath-tools' list of the WWIDs it has mapped (`wwids_file`).
+pub const WWIDS: &str = "/etc/multipath/wwids";
 /// Where the `multipath` binary is looked for, besides `PATH`.
 const BIN_DIRS: &[&str] = &["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
 
@@ -182,6 +187,49 @@ pub fn read(src: &Sources) -> Result<Effective, ConfError> {
         admin,
         builtin: true,
     })
+}
+
+/// What the last read saw of the files and the binary: a change of any
+/// means reading again.
+type Stamp = Vec<(PathBuf, Option<std::time::SystemTime>)>;
+
+fn stamp(src: &Sources) -> Stamp {
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut v: Stamp = src
+        .files()
+        .into_iter()
+        .map(|f| (f.clone(), mtime(&f)))
+        .collect();
+    v.push((src.conf_dir.clone(), mtime(&src.conf_dir)));
+    if let Some(b) = &src.binary {
+        v.push((b.clone(), mtime(b)));
+    }
+    v
+}
+
+/// This host's configuration, for a reader that asks often (the daemon's
+/// scans): read again only when a file, conf.d or the binary changed.
+pub fn current() -> Result<Arc<Effective>, ConfError> {
+    static LAST: Mutex<Option<(Stamp, Arc<Effective>)>> = Mutex::new(None);
+    let src = Sources::system();
+    let now = stamp(&src);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((s, e)) = last.as_ref()
+        && *s == now
+    {
+        return Ok(e.clone());
+    }
+    let e = Arc::new(read(&src)?);
+    *last = Some((now, e.clone()));
+    Ok(e)
+}
+
+/// multipath-tools' configuration where `cfg` follows it.
+pub fn followed(cfg: &crate::config::Config) -> Result<Option<Arc<Effective>>, ConfError> {
+    if !cfg.follow_multipath_conf(Sources::system().installed()) {
+        return Ok(None);
+    }
+    current().map(Some)
 }
 
 /// The tables `multipath -d -v4` says it would load, by WWID: its

@@ -42,14 +42,18 @@ pub struct PlanPath {
 /// What pathpilot itself says about a new map.
 #[derive(Clone, Debug, Default)]
 pub struct Own {
-    /// Explicit choices (a flag, a `[maps]` key): they win.
+    /// Explicit choices (`create`'s flags): they win over multipath-tools'.
     pub selector: Option<Setting<Selector>>,
     pub grouping: Option<Setting<Grouping>>,
     /// The whole features list, `queue_if_no_path` included.
     pub features: Option<Setting<Vec<Feature>>>,
-    pub queue_if_no_path: Option<Setting<bool>>,
-    /// Whether a map queues where neither pathpilot nor multipath-tools
-    /// says (the daemon queues, `create` does not).
+    /// pathpilot's defaults (the daemon's `[maps]` keys), for where
+    /// multipath-tools has only its generic ones: the selector (unset:
+    /// service-time), the grouping (unset: group_by_prio on ALUA arrays,
+    /// multibus elsewhere), and whether a map queues (the daemon queues,
+    /// `create` does not).
+    pub default_selector: Option<Setting<Selector>>,
+    pub default_grouping: Option<Setting<Grouping>>,
     pub default_queue_if_no_path: bool,
 }
 
@@ -192,13 +196,15 @@ pub fn differences(
 ) -> Vec<(String, String, String)> {
     let (o, t) = (kernel_view(ours), kernel_view(theirs));
     let mut out = vec![];
+    // A group's paths as a set: their order inside it selects nothing.
     let groups = |m: &MultipathTable| {
         m.groups
             .iter()
             .map(|g| {
-                g.paths
-                    .iter()
-                    .map(|p| p.dev.to_string())
+                let mut devs: Vec<DevNum> = g.paths.iter().map(|p| p.dev).collect();
+                devs.sort();
+                devs.iter()
+                    .map(|d| d.to_string())
                     .collect::<Vec<_>>()
                     .join(",")
             })
@@ -235,10 +241,15 @@ pub fn differences(
         out.push(("selector".into(), selectors(&o), selectors(&t)));
     } else {
         let args = |m: &MultipathTable| {
-            m.groups
+            let mut v: Vec<(DevNum, String)> = m
+                .groups
                 .iter()
                 .flat_map(|g| g.paths.iter())
-                .map(|p| format!("{} {}", p.dev, args_text(&p.args)))
+                .map(|p| (p.dev, args_text(&p.args)))
+                .collect();
+            v.sort();
+            v.iter()
+                .map(|(d, a)| format!("{d} {a}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -359,7 +370,7 @@ pub fn plan(length: u64, paths: &[PlanPath], sel: Option<&Selection>, own: &Own)
         .collect();
 
     // The grouping.
-    let own_grouping = Setting {
+    let own_grouping = own.default_grouping.clone().unwrap_or_else(|| Setting {
         value: if alua {
             Grouping::GroupByPrio
         } else {
@@ -370,7 +381,7 @@ pub fn plan(length: u64, paths: &[PlanPath], sel: Option<&Selection>, own: &Own)
         } else {
             "pathpilot's default"
         }),
-    };
+    });
     let grouping = pick(
         own.grouping.clone(),
         sel.map(|s| s.path_grouping_policy.clone()),
@@ -394,13 +405,23 @@ pub fn plan(length: u64, paths: &[PlanPath], sel: Option<&Selection>, own: &Own)
             })
             .collect()
     };
-    let groups = grouping::group_with(grouping.value, &cands, &idents(grouping.value));
+    // Inside a group pathpilot lists paths in device-number order, as its
+    // reloads keep them (the order inside a group selects nothing); the
+    // groups' order is multipath-tools'.
+    let groups: Vec<(u32, Vec<DevNum>)> =
+        grouping::group_with(grouping.value, &cands, &idents(grouping.value))
+            .into_iter()
+            .map(|(p, mut g)| {
+                g.sort();
+                (p, g)
+            })
+            .collect();
 
     // The selector.
-    let own_selector = Setting {
+    let own_selector = own.default_selector.clone().unwrap_or_else(|| Setting {
         value: Selector::ServiceTime,
         origin: pp("pathpilot's default"),
-    };
+    });
     let their_spec = sel.map(|s| s.path_selector.clone());
     let selector = pick(
         own.selector.clone(),
@@ -426,16 +447,12 @@ pub fn plan(length: u64, paths: &[PlanPath], sel: Option<&Selection>, own: &Own)
     // Queueing and features.
     let their_queue: Option<Setting<Option<NoPathRetry>>> = sel.map(|s| s.no_path_retry.clone());
     let polling = sel.map_or(5, |s| s.polling_interval.value);
-    let queueing = match (&own.features, &own.queue_if_no_path, &their_queue) {
-        (Some(f), _, _) => Queueing {
+    let queueing = match (&own.features, &their_queue) {
+        (Some(f), _) => Queueing {
             queue_if_no_path: f.value.contains(&Feature::QueueIfNoPath),
             fail_after_secs: None,
         },
-        (None, Some(q), _) => Queueing {
-            queue_if_no_path: q.value,
-            fail_after_secs: None,
-        },
-        (None, None, Some(t)) if t.origin.specific() => match t.value {
+        (None, Some(t)) if t.origin.specific() => match t.value {
             Some(NoPathRetry::Queue) => Queueing {
                 queue_if_no_path: true,
                 fail_after_secs: None,
@@ -645,10 +662,9 @@ fn explain(
                     true,
                 ),
                 "features" => {
-                    let why = match (&own.features, &own.queue_if_no_path) {
-                        (Some(f), _) => format!("from {}", f.origin),
-                        (None, Some(q)) => format!("queue_if_no_path from {}", q.origin),
-                        (None, None) if queueing.queue_if_no_path => format!(
+                    let why = match &own.features {
+                        Some(f) => format!("from {}", f.origin),
+                        None if queueing.queue_if_no_path => format!(
                             "queue_if_no_path: pathpilot's default; multipath-tools' \
                              no_path_retry is {} ({})",
                             sel.no_path_retry
