@@ -82,6 +82,10 @@ pub(super) struct MapEntry {
     /// queue_if_no_path when it was found or made).
     pub(super) wants_queue: bool,
     pub(super) no_path_retry: NoPathRetry,
+    /// Its own time without a usable path before queued I/O fails
+    /// (multipath.conf's `no_path_retry` N for its array, where followed);
+    /// unset: maps.no_path_retry_secs.
+    pub(super) no_path_retry_secs: Option<f64>,
     pub(super) paths: Vec<PathEntry>,
     pub(super) tuner: Option<Tuner>,
     pub(super) last_path_change: Option<Instant>,

@@ -23,9 +23,10 @@ use crate::{
     dm::Message,
     lock::MapLock,
     mpath::{
-        Feature, MultipathStatus, MultipathTable, Selector,
+        MultipathStatus, MultipathTable, Selector,
         grouping::{self, Candidate, Grouping},
     },
+    mpconf::{self, lun as mplun},
     policy::{
         failback, hotplug, marginal,
         no_path_retry::NoPathRetry,
@@ -240,6 +241,7 @@ impl Engine {
             queue_if_no_path,
             wants_queue,
             no_path_retry: NoPathRetry::new(wants_queue && !queue_if_no_path),
+            no_path_retry_secs: None,
             paths,
             tuner: None,
             last_path_change: None,
@@ -313,7 +315,7 @@ impl Engine {
 
     /// Creates a map for every LUN with enough paths and no map yet.
     pub(super) fn create_missing(&mut self) -> Result<()> {
-        let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+        let filter = self.cfg.scan_filter().map_err(anyhow::Error::msg)?;
         self.create_missing_from(discovery::scan_free(&filter))
     }
 
@@ -348,23 +350,59 @@ impl Engine {
                 .map(|(w, a)| (a.clone(), w.clone()))
                 .collect();
             bindings.extend(naming::system_bindings());
-            let name = naming::pick(&lun.wwid, &in_use, &bindings);
             let devs: Vec<DevNum> = free.iter().map(|p| p.dev).collect();
-            let selector = Selector::from_name(&self.cfg.maps.selector);
-            // An ALUA array's ports are grouped by priority, as
-            // multipath-tools does, with the alua hardware handler.
-            let alua = free.iter().any(|p| p.alua.is_some());
-            let groups =
-                grouping::group(self.cfg.grouping(alua), &candidates(free.iter().copied()));
-            let mut table = grouping::table(
-                free[0].size_sectors,
-                &groups,
-                selector,
-                alua.then_some("alua"),
-            )?;
-            if self.cfg.maps.queue_if_no_path {
-                table.features.push(Feature::QueueIfNoPath);
+            // The table multipath-tools would build where its configuration
+            // is followed (docs/multipath-conf.md), else pathpilot's own:
+            // an ALUA array's ports grouped by priority with the alua
+            // handler, one group elsewhere.
+            let free_lun = discovery::Lun {
+                wwid: lun.wwid.clone(),
+                paths: free.iter().map(|p| (*p).clone()).collect(),
+            };
+            let planned = mpconf::followed(&self.cfg)
+                .map_err(|e| e.to_string())
+                .and_then(|eff| {
+                    let p =
+                        mplun::plan_lun(&free_lun, eff.as_deref(), &mplun::daemon_own(&self.cfg))?;
+                    let rule = match (&eff, &p.selection) {
+                        (Some(e), Some(sel)) => Some(mplun::naming(sel, e)),
+                        _ => None,
+                    };
+                    Ok((p, rule))
+                });
+            let (planned, rule) = match planned {
+                Ok(p) => p,
+                Err(e) => {
+                    say!("cannot create a map for {}: {e}", lun.wwid);
+                    continue;
+                }
+            };
+            // The admin's find_multipaths decides which LUNs get a map, as
+            // it decides for multipathd.
+            if let Some(sel) = &planned.selection
+                && sel.find_multipaths.origin.specific()
+                && mplun::wanted(
+                    sel.find_multipaths.value,
+                    free.len(),
+                    mpconf::followed(&self.cfg)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|e| mplun::known_wwids(&e).contains(&lun.wwid)),
+                )
+                .is_err()
+            {
+                continue;
             }
+            // pathpilot's own aliases win over multipath-tools' naming.
+            let (name, _) = match self.cfg.maps.aliases.get(&lun.wwid) {
+                Some(a) if !in_use.contains(a) => (a.clone(), None),
+                _ => mplun::name(&lun.wwid, rule.as_ref(), &in_use, &bindings),
+            };
+            for d in &planned.plan.differences {
+                say!("{name}: differs from multipath-tools: {}", d.describe());
+            }
+            let table = planned.plan.ours;
+            let fail_after = planned.plan.queueing.fail_after_secs;
             match self
                 .dm
                 .create(&name, &format!("mpath-{}", lun.wwid), &table)
@@ -387,6 +425,9 @@ impl Engine {
                     let applied = self.dm.multipath_table(&name)?;
                     let fixed = self.groups_fixed(&applied, true);
                     self.add_map(name, lun.wwid.clone(), info.dev, true, None, applied, fixed)?;
+                    if let Some(m) = self.maps.last_mut() {
+                        m.no_path_retry_secs = fail_after;
+                    }
                 }
                 Err(e) => say!("cannot create a map for {}: {e}", lun.wwid),
             }
@@ -783,7 +824,7 @@ impl Engine {
             return Ok(());
         }
         let scan = if full {
-            let filter = self.cfg.filter().map_err(anyhow::Error::msg)?;
+            let filter = self.cfg.scan_filter().map_err(anyhow::Error::msg)?;
             Some(discovery::scan_free(&filter))
         } else {
             None
@@ -897,19 +938,6 @@ impl Engine {
             say!("{name}: cannot restore the pinned knobs: {e:#}");
         }
     }
-}
-
-/// Discovered paths as grouping sees them: their ALUA priority and target
-/// port group (1 and none where the array reports no ALUA).
-fn candidates<'a>(paths: impl IntoIterator<Item = &'a discovery::PathDevice>) -> Vec<Candidate> {
-    paths
-        .into_iter()
-        .map(|p| Candidate {
-            dev: p.dev,
-            prio: p.alua.map_or(1, |a| a.prio()),
-            tpg: p.alua.and_then(|a| a.group),
-        })
-        .collect()
 }
 
 /// The selectors the tuner may try: those the kernel can load.

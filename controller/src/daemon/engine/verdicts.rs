@@ -109,12 +109,12 @@ impl Engine {
         if self.hands_off() {
             return changed;
         }
-        let limit = self.cfg.maps.no_path_retry_secs;
         let t = self.t();
         for m in &mut self.maps {
             if !m.managed || !m.wants_queue {
                 continue;
             }
+            let limit = m.no_path_retry_secs.or(self.cfg.maps.no_path_retry_secs);
             let usable = m.paths.iter().any(|p| !p.dm_failed);
             let waited = m.no_path_retry.waited(t);
             let Some(msg) = m.no_path_retry.step(t, usable, limit) else {
@@ -129,9 +129,14 @@ impl Engine {
                         say!("{}: a path is usable again: queue_if_no_path", m.name);
                     } else {
                         say!(
-                            "{}: no usable path for {waited:.1} s (maps.no_path_retry_secs = \
-                             {}): fail_if_no_path, queued I/O fails with EIO",
+                            "{}: no usable path for {waited:.1} s ({} = {}): fail_if_no_path, \
+                             queued I/O fails with EIO",
                             m.name,
+                            if m.no_path_retry_secs.is_some() {
+                                "multipath.conf's no_path_retry"
+                            } else {
+                                "maps.no_path_retry_secs"
+                            },
                             limit.unwrap_or_default()
                         );
                     }
