@@ -16,6 +16,8 @@ use std::fmt;
 
 use anyhow::{Result, bail};
 
+use crate::config::Inquiry;
+
 /// SCSI ALUA access states (SPC-4), as LIO's `alua_access_state` takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AluaState {
@@ -134,7 +136,7 @@ impl AluaSpec {
     /// The guest script that builds the array over the raw disks (`sda`,
     /// ...: QEMU path i is `raw[i]`), installs `pp-alua` and prints one
     /// `port I sdX` line per port once every port's disk is there.
-    pub fn setup_script(&self, raw: &[String]) -> Result<String> {
+    pub fn setup_script(&self, raw: &[String], inquiry: &Inquiry) -> Result<String> {
         if self.luns == 0 || (self.luns > 1 && self.backstore == Backstore::Iblock) {
             bail!(
                 "{} LUNs: an iblock array has one LUN; a ramdisk array 1 or more",
@@ -189,6 +191,16 @@ impl AluaSpec {
                 "echo {} > {d}/wwn/vpd_unit_serial\n",
                 unit_serial(lun)
             ));
+            // What the LUN says it is (target_core's wwn/vendor_id,
+            // product_id, revision): any array of the hwtable.
+            for (k, v, _) in inquiry.fields() {
+                let attr = match k {
+                    "vendor" => "vendor_id",
+                    "product" => "product_id",
+                    _ => "revision",
+                };
+                s.push_str(&format!("echo '{v}' > {d}/wwn/{attr}\n"));
+            }
             for (g, st) in &self.groups {
                 s.push_str(&format!(
                     "mkdir -p {d}/alua/g{g}; echo {g} > {d}/alua/g{g}/tg_pt_gp_id\n\
@@ -278,11 +290,18 @@ mod tests {
         assert!(AluaSpec::parse("10").is_err());
         assert!(AluaSpec::parse("0:ao").is_err());
         assert!(AluaSpec::parse("10:fast").is_err());
-        let script = s.setup_script(&["sda".into(), "sdb".into(), "sdc".into(), "sdd".into()]);
+        let script = s.setup_script(
+            &["sda".into(), "sdb".into(), "sdc".into(), "sdd".into()],
+            &Inquiry::default(),
+        );
         let script = script.unwrap();
         assert!(script.contains("udev_path=/dev/sdd"), "{script}");
         assert!(script.contains("echo 1 > $T/core/iblock_3/lun3/alua/g20/alua_access_state"));
-        assert!(s.setup_script(&["sda".into()]).is_err(), "4 ports, 1 disk");
+        assert!(
+            s.setup_script(&["sda".into()], &Inquiry::default())
+                .is_err(),
+            "4 ports, 1 disk"
+        );
         assert_eq!(state_script(20, AluaState::Optimized), "pp-alua state 20 0");
     }
 
@@ -291,7 +310,15 @@ mod tests {
         let mut s = AluaSpec::parse("10:ao,10:ao").unwrap();
         s.backstore = Backstore::Ramdisk(8);
         s.luns = 3;
-        let script = s.setup_script(&["sda".into()]).unwrap();
+        let pure = Inquiry {
+            vendor: Some("PURE".into()),
+            product: Some("FlashArray".into()),
+            revision: None,
+        };
+        let script = s.setup_script(&["sda".into()], &pure).unwrap();
+        assert!(script.contains("echo 'PURE' > $T/core/rd_mcp_0/lun2/wwn/vendor_id"));
+        assert!(script.contains("echo 'FlashArray' > $T/core/rd_mcp_0/lun0/wwn/product_id"));
+        assert!(!script.contains("wwn/revision"));
         for j in 0..3 {
             assert!(script.contains(&format!("rd_mcp_0/lun{j}; echo rd_pages=2048")));
             assert!(script.contains(&format!("echo {} > ", unit_serial(j))));
@@ -308,6 +335,9 @@ mod tests {
         assert_eq!(uniq.len(), 20, "{naa:?}");
         assert_eq!(unit_serial(0), UNIT_SERIAL);
         s.backstore = Backstore::Iblock;
-        assert!(s.setup_script(&["sda".into(), "sdb".into()]).is_err());
+        assert!(
+            s.setup_script(&["sda".into(), "sdb".into()], &Inquiry::default())
+                .is_err()
+        );
     }
 }

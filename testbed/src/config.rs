@@ -65,6 +65,49 @@ pub struct Config {
     pub exclusive: bool,
     /// An ALUA array in the guest (LIO) in front of the paths: see `alua`.
     pub alua: Option<AluaSpec>,
+    /// What the LUN says it is (its INQUIRY data): the LIO array's LUN
+    /// where there is one, else the QEMU disks.
+    pub inquiry: Inquiry,
+}
+
+/// A LUN's vendor, product and revision as INQUIRY reports them: any
+/// array a multipath.conf device entry names (`NETAPP`/`LUN`, `PURE`/
+/// `FlashArray`, ...). Unset fields keep the emulator's own (`QEMU`/`QEMU
+/// HARDDISK`, `LIO-ORG`/`RAMDISK-MCP`...).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inquiry {
+    /// At most 8 characters.
+    pub vendor: Option<String>,
+    /// At most 16 characters.
+    pub product: Option<String>,
+    /// At most 4 characters.
+    pub revision: Option<String>,
+}
+
+impl Inquiry {
+    /// The fields set, with the most characters INQUIRY holds for each.
+    pub fn fields(&self) -> Vec<(&'static str, &str, usize)> {
+        [
+            ("vendor", &self.vendor, 8),
+            ("product", &self.product, 16),
+            ("revision", &self.revision, 4),
+        ]
+        .into_iter()
+        .filter_map(|(k, v, max)| v.as_deref().map(|v| (k, v, max)))
+        .collect()
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (k, v, max) in self.fields() {
+            if v.is_empty() || v.len() > max {
+                bail!("{k} {v:?}: 1 to {max} characters (INQUIRY's field)");
+            }
+            if !v.bytes().all(|b| (0x20..0x7f).contains(&b)) || v.contains(',') {
+                bail!("{k} {v:?}: printable ASCII without commas");
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -84,6 +127,7 @@ impl Default for Config {
             interactive: false,
             exclusive: true,
             alua: None,
+            inquiry: Inquiry::default(),
         }
     }
 }
@@ -144,6 +188,7 @@ impl Config {
         {
             bail!("share {} is not a directory", s.display());
         }
+        self.inquiry.validate()?;
         Ok(())
     }
 }
@@ -211,11 +256,57 @@ impl Builder {
         self
     }
 
+    /// The LUN's INQUIRY vendor (the array's, e.g. `NETAPP`).
+    pub fn vendor(mut self, v: &str) -> Self {
+        self.cfg.inquiry.vendor = Some(v.into());
+        self
+    }
+    /// The LUN's INQUIRY product (e.g. `LUN`, `FlashArray`).
+    pub fn product(mut self, p: &str) -> Self {
+        self.cfg.inquiry.product = Some(p.into());
+        self
+    }
+    /// The LUN's INQUIRY revision.
+    pub fn revision(mut self, r: &str) -> Self {
+        self.cfg.inquiry.revision = Some(r.into());
+        self
+    }
     pub fn exclusive(mut self, on: bool) -> Self {
         self.cfg.exclusive = on;
         self
     }
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inquiry_fits_its_fields() {
+        let ok = Builder::default()
+            .vendor("NETAPP")
+            .product("LUN")
+            .revision("9300");
+        ok.config().validate().unwrap();
+        assert_eq!(
+            ok.config().inquiry.fields(),
+            vec![
+                ("vendor", "NETAPP", 8),
+                ("product", "LUN", 16),
+                ("revision", "9300", 4)
+            ]
+        );
+        for (b, why) in [
+            (Builder::default().vendor("TOOLONGVENDOR"), "1 to 8"),
+            (Builder::default().product("A product too long"), "1 to 16"),
+            (Builder::default().vendor("A,B"), "without commas"),
+            (Builder::default().revision(""), "1 to 4"),
+        ] {
+            let e = b.config().validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

@@ -47,6 +47,6 @@ pub mod wire;
 
 pub use agent::Output;
 pub use alua::{AluaSpec, AluaState, Backstore};
-pub use config::{Builder, Config, Link, MAX_PATHS, SERIAL, WWN};
+pub use config::{Builder, Config, Inquiry, Link, MAX_PATHS, SERIAL, WWN};
 pub use machine::{AluaPort, Job, Testbed};
 pub use prerequisites::check_host;

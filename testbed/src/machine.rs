@@ -340,9 +340,16 @@ impl Testbed {
         };
         // The target id tells the guest which disk is path i: the disks
         // probe in parallel, so names and host numbers can differ by boot.
-        let dev = format!(
+        let mut dev = format!(
             "scsi-hd,id=hd{i},bus=scsi{i}.0,drive={top},wwn={WWN:#x},serial={SERIAL},share-rw=on,scsi-id={i}"
         );
+        // Under an ALUA array the LUN is LIO's, which reports the inquiry.
+        if self.cfg.alua.is_none() {
+            for (k, v, _) in self.cfg.inquiry.fields() {
+                let k = if k == "revision" { "ver" } else { k };
+                dev.push_str(&format!(",{k}={v}"));
+            }
+        }
         (top, dev)
     }
 
@@ -429,11 +436,12 @@ impl Testbed {
     /// The QEMU disks present, in path order: path i is the disk with SCSI
     /// target id i (see `scsi_hd`). A pulled path is missing from the list.
     pub fn path_disks(&self) -> Result<Vec<(usize, String)>> {
-        let out = self.sh(
+        let out = self.sh(&format!(
             "for d in /sys/block/sd*; do [ -e \"$d/device\" ] || continue; \
-             grep -q QEMU $d/device/vendor || continue; \
-             echo \"$(basename $(readlink $d/device) | cut -d: -f3) ${d##*/}\"; done",
-        )?;
+             [ \"$(sed 's/ *$//' $d/device/vendor)\" = '{}' ] || continue; \
+             echo \"$(basename $(readlink $d/device) | cut -d: -f3) ${{d##*/}}\"; done",
+            self.qemu_vendor()
+        ))?;
         let mut disks: Vec<(usize, String)> = out
             .lines()
             .filter_map(|l| {
@@ -445,10 +453,19 @@ impl Testbed {
         Ok(disks)
     }
 
+    /// The vendor the QEMU disks report: the testbed's LUN's where the
+    /// disks are the LUN, QEMU's own under an ALUA array.
+    fn qemu_vendor(&self) -> &str {
+        match (&self.cfg.alua, &self.cfg.inquiry.vendor) {
+            (None, Some(v)) => v,
+            _ => "QEMU",
+        }
+    }
+
     /// Builds the ALUA array over the QEMU paths, in path order.
     fn build_array(&self, spec: &AluaSpec) -> Result<Vec<AluaPort>> {
         let raw: Vec<String> = self.path_disks()?.into_iter().map(|(_, n)| n).collect();
-        let out = self.sh(&spec.setup_script(&raw)?)?;
+        let out = self.sh(&spec.setup_script(&raw, &self.cfg.inquiry)?)?;
         let ports: Vec<AluaPort> = out
             .lines()
             .filter_map(|l| {
@@ -493,18 +510,40 @@ impl Testbed {
     /// on udev cookies nobody answers).
     /// Returns `multipath -ll`; the map stays until [`Testbed::flush_multipath_tools`].
     pub fn multipath_tools(&self, disk: &str) -> Result<String> {
-        self.sh(&format!(
-            "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
+        self.multipath_tools_with(disk, "-v2")
+    }
+
+    /// [`Testbed::multipath_tools`] with `multipath`'s options for making
+    /// the map (`-q -v2`: keep `queue_if_no_path` though no multipathd
+    /// runs, the table multipathd would load).
+    pub fn multipath_tools_with(&self, disk: &str, opts: &str) -> Result<String> {
+        self.start_udevd()?;
+        let made = self.sh(&format!(
+            "set -e; multipath -a /dev/{disk} >/dev/null\n\
+             multipath {opts} >/dev/null\n\
+             udevadm settle -t 30; multipath -ll"
+        ));
+        self.stop_udevd()?;
+        made
+    }
+
+    /// Starts udevd and has it read every device, as multipath-tools needs
+    /// (it finds paths through udev's database).
+    pub fn start_udevd(&self) -> Result<()> {
+        self.sh("set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
              ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
              /tmp/systemd-udevd --daemon\n\
-             udevadm trigger --action=add; udevadm settle -t 30\n\
-             multipath -a /dev/{disk} >/dev/null\n\
-             multipath -v2 >/dev/null\n\
-             udevadm settle -t 30; multipath -ll > /tmp/multipath-ll\n\
-             udevadm control --exit\n\
+             udevadm trigger --action=add; udevadm settle -t 30")?;
+        Ok(())
+    }
+
+    /// Stops udevd and removes its database: device-mapper users would
+    /// otherwise wait on udev cookies nobody answers.
+    pub fn stop_udevd(&self) -> Result<()> {
+        self.sh("udevadm control --exit\n\
              while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
-             rm -rf /run/udev; cat /tmp/multipath-ll"
-        ))
+             rm -rf /run/udev")?;
+        Ok(())
     }
 
     /// multipath-tools' daemon in the guest as on a host that runs it:
@@ -726,12 +765,15 @@ impl Testbed {
         self.check_path(i)?;
         let t = Instant::now();
         let (top, _) = self.scsi_hd(i);
-        self.qmp(
-            "device_add",
-            json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"), "drive": top,
-                   "wwn": WWN, "serial": SERIAL, "share-rw": true, "scsi-id": i}),
-        )
-        .with_context(|| format!("restore path {i}"))?;
+        let mut dev = json!({"driver": "scsi-hd", "id": format!("hd{i}"), "bus": format!("scsi{i}.0"),
+                             "drive": top, "wwn": WWN, "serial": SERIAL, "share-rw": true, "scsi-id": i});
+        if self.cfg.alua.is_none() {
+            for (k, v, _) in self.cfg.inquiry.fields() {
+                dev[if k == "revision" { "ver" } else { k }] = json!(v);
+            }
+        }
+        self.qmp("device_add", dev)
+            .with_context(|| format!("restore path {i}"))?;
         Ok(t.elapsed())
     }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::{Args as ClapArgs, Subcommand};
-use pathpilot_testbed::{AluaSpec, Backstore, Config, Link, Testbed};
+use pathpilot_testbed::{AluaSpec, Backstore, Config, Inquiry, Link, Testbed};
 
 #[derive(Subcommand)]
 pub enum Cmd {
@@ -70,6 +70,16 @@ pub struct Opts {
     /// With --alua: the delay LIO adds to each command on a non-optimized port.
     #[arg(long, default_value_t = 20)]
     nonop_delay_ms: u32,
+    /// The LUN's INQUIRY vendor, e.g. NETAPP, PURE, 3PARdata (the LIO
+    /// array's LUN with --alua, else the QEMU disks).
+    #[arg(long)]
+    vendor: Option<String>,
+    /// The LUN's INQUIRY product, e.g. LUN, FlashArray, VV.
+    #[arg(long)]
+    product: Option<String>,
+    /// The LUN's INQUIRY revision.
+    #[arg(long)]
+    revision: Option<String>,
     /// A sick path from boot: PATH:PCT fails PCT percent of path PATH's
     /// aligned 4 KiB commands with I/O errors (0-based PATH; e.g. `1:1`).
     #[arg(long, value_parser = parse_errors)]
@@ -122,6 +132,11 @@ impl Opts {
                 a.luns = self.luns;
                 a
             }),
+            inquiry: Inquiry {
+                vendor: self.vendor,
+                product: self.product,
+                revision: self.revision,
+            },
             ..Config::default()
         }
     }
