@@ -532,7 +532,7 @@ impl Testbed {
     pub fn start_udevd(&self) -> Result<()> {
         self.sh("set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
              ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
-             /tmp/systemd-udevd --daemon\n\
+             pidof systemd-udevd >/dev/null || /tmp/systemd-udevd --daemon\n\
              udevadm trigger --action=add; udevadm settle -t 30")?;
         Ok(())
     }
@@ -561,13 +561,13 @@ impl Testbed {
     ) -> Result<String> {
         let wwids: String = wwids.iter().map(|w| format!("/{w}/\n")).collect();
         self.sh(&format!(
-            "set -e; mkdir -p /run/udev /etc/udev /etc/multipath\n\
+            "set -e; mkdir -p /etc/multipath\n\
              cat > /etc/multipath.conf <<'EOF'\n{conf}\nEOF\n\
-             printf '{wwids}' > /etc/multipath/wwids\n\
-             ln -sf $(command -v udevadm) /tmp/systemd-udevd\n\
-             pidof systemd-udevd >/dev/null || /tmp/systemd-udevd --daemon\n\
-             udevadm trigger --action=add; udevadm settle -t 30\n\
-             multipathd </dev/null >/tmp/multipathd.out 2>&1\n\
+             printf '{wwids}' > /etc/multipath/wwids"
+        ))?;
+        self.start_udevd()?;
+        self.sh(&format!(
+            "set -e; multipathd </dev/null >/tmp/multipathd.out 2>&1\n\
              i=0; until multipathd show maps raw format '%n %N' 2>/dev/null | grep -q '^{map} {paths}$'; do \
                i=$((i+1)); [ $i -lt 150 ] || {{ cat /tmp/multipathd.out; multipathd show maps; exit 1; }}; \
                sleep 0.2; done\n\
@@ -579,10 +579,9 @@ impl Testbed {
     pub fn stop_multipathd(&self) -> Result<()> {
         self.sh("multipathd shutdown >/dev/null 2>&1; i=0; \
              while pidof multipathd >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n\
-             udevadm control --exit; while pidof systemd-udevd >/dev/null; do sleep 0.1; done\n\
-             rm -rf /run/udev /etc/multipath.conf /etc/multipath/wwids; ! pidof multipathd")
+             rm -f /etc/multipath.conf /etc/multipath/wwids; ! pidof multipathd")
             .context("stopping multipathd")?;
-        Ok(())
+        self.stop_udevd()
     }
 
     /// Removes the maps multipath-tools made (`multipath -F`) and forgets

@@ -211,6 +211,20 @@ flap_hold_secs = 6
     )
 }
 
+/// Runs `cmd` in the guest, expecting it to exit with `code`; its stderr,
+/// trimmed.
+pub fn fails(tb: &Testbed, cmd: &str, code: i32) -> Result<String> {
+    let o = tb.run(cmd)?;
+    let err = o.stderr_str();
+    anyhow::ensure!(
+        o.code == code,
+        "{cmd}: exit {} (want {code})\nstdout: {}\nstderr: {err}",
+        o.code,
+        o.stdout_str()
+    );
+    Ok(err.trim().to_string())
+}
+
 /// Starts `pathpilot daemon` in the guest with config text `cfg` and
 /// environment `env` (e.g. `PATHPILOT_FAULT=...`, or empty), and waits
 /// until it answers on its socket. Its pid goes to /tmp/daemon.pid, its

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use pathpilot::mpath::{MultipathStatus, MultipathTable};
-use pathpilot_testbed::{Output, Testbed};
+use pathpilot_testbed::Testbed;
 use pathpilot_tests::boot_or_skip;
-use pathpilot_tests::guest::TestbedExt;
+use pathpilot_tests::guest::{self, TestbedExt};
 use serde_json::Value;
 
 const WWID: &str = "35000c500deadbeef";
@@ -34,25 +34,19 @@ fn create_all(tb: &Testbed, selector: &str) -> Result<Value> {
     json(&out)
 }
 
-/// The guest's answer to a command expected to fail.
-fn fails(tb: &Testbed, cmd: &str, code: i32, needle: &str) -> Result<Output> {
-    let o = tb.run(cmd)?;
-    let err = o.stderr_str();
-    ensure!(
-        o.code == code,
-        "{cmd}: exit {} (want {code})\nstdout: {}\nstderr: {err}",
-        o.code,
-        o.stdout_str()
-    );
+/// The guest's answer to a command expected to fail: a short error
+/// containing `needle`.
+fn fails(tb: &Testbed, cmd: &str, code: i32, needle: &str) -> Result<()> {
+    let err = guest::fails(tb, cmd, code)?;
     ensure!(
         err.contains(needle),
         "{cmd}: stderr lacks {needle:?}: {err}"
     );
     ensure!(
-        err.trim().lines().count() <= 3,
+        err.lines().count() <= 3,
         "{cmd}: the error should be short: {err}"
     );
-    Ok(o)
+    Ok(())
 }
 
 #[test]

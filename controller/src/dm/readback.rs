@@ -272,16 +272,11 @@ fn compare_groups(r: &MultipathTable, a: &MultipathTable, notes: &mut Vec<Note>)
     }
 }
 
-fn args_text(a: &PathArgs) -> String {
+/// Path arguments for a message: `(none)` where there are none.
+fn shown_args(a: &PathArgs) -> String {
     match a {
         PathArgs::Empty => "(none)".into(),
-        PathArgs::RepeatCount(n) => n.to_string(),
-        PathArgs::ServiceTime {
-            repeat_count,
-            relative_throughput,
-        } => format!("{repeat_count} {relative_throughput}"),
-        PathArgs::CpuMask(m) => m.as_str().to_string(),
-        PathArgs::Raw(t) => t.join(" "),
+        a => a.text(),
     }
 }
 
@@ -342,8 +337,8 @@ fn compare_path_args(
                 NoteKind::Mismatch
             },
             what: format!("arguments of {dev} (group {g})"),
-            requested: args_text(r),
-            applied: args_text(a),
+            requested: shown_args(r),
+            applied: shown_args(a),
             why: "the kernel prints the selector's own argument form".into(),
         });
     }

@@ -290,6 +290,14 @@ pub enum PathArgs {
 }
 
 impl PathArgs {
+    /// The arguments as the table carries them, space-separated (empty
+    /// where there are none).
+    pub fn text(&self) -> String {
+        let mut t = vec![];
+        self.push_tokens(&mut t);
+        t.join(" ")
+    }
+
     pub fn arity(&self) -> usize {
         match self {
             Self::Empty => 0,

@@ -233,17 +233,20 @@ pub fn followed(cfg: &crate::config::Config) -> Result<Option<Arc<Effective>>, C
 }
 
 /// The tables `multipath -d -v4` says it would load, by WWID: its
-/// `create: ALIAS (WWID)` lines name the maps, its `ALIAS: assembled map
-/// [PARAMS]` lines give their tables (`length` is set by the caller, the
-/// parameters do not hold it).
+/// `: ALIAS (WWID)` lines name the maps (the alias is the WWID where no
+/// such line is), its `ALIAS: assembled map [PARAMS]` lines give their
+/// tables (`length` is set by the caller, the parameters do not hold it).
 pub fn parse_dry_run(out: &str, length: u64) -> Vec<(String, MultipathTable)> {
     let mut aliases: Vec<(String, String)> = vec![];
     let mut maps: Vec<(String, String)> = vec![];
     for l in out.lines() {
-        if let Some(rest) = l.split_once("create: ").map(|(_, r)| r) {
+        // The topology's first line: `ACTION: ALIAS (WWID) ...`, with no
+        // action word on a dry run and no `(WWID)` where the alias is it.
+        if let Some((_, rest)) = l.split_once(": ") {
             let mut w = rest.split_whitespace();
-            if let (Some(alias), Some(wwid)) = (w.next(), w.next()) {
-                let wwid = wwid.trim_start_matches('(').trim_end_matches(')');
+            if let (Some(alias), Some(wwid)) = (w.next(), w.next())
+                && let Some(wwid) = wwid.strip_prefix('(').and_then(|w| w.strip_suffix(')'))
+            {
                 aliases.push((alias.to_string(), wwid.to_string()));
             }
         }

@@ -245,7 +245,7 @@ pub fn differences(
                 .groups
                 .iter()
                 .flat_map(|g| g.paths.iter())
-                .map(|p| (p.dev, args_text(&p.args)))
+                .map(|p| (p.dev, p.args.text()))
                 .collect();
             v.sort();
             v.iter()
@@ -265,20 +265,6 @@ pub fn differences(
         ));
     }
     out
-}
-
-/// A path's arguments as the table carries them.
-fn args_text(a: &PathArgs) -> String {
-    match a {
-        PathArgs::Empty => String::new(),
-        PathArgs::RepeatCount(n) => n.to_string(),
-        PathArgs::ServiceTime {
-            repeat_count,
-            relative_throughput,
-        } => format!("{repeat_count} {relative_throughput}"),
-        PathArgs::CpuMask(m) => m.as_str().to_string(),
-        PathArgs::Raw(t) => t.join(" "),
-    }
 }
 
 /// Builds a table: groups of paths in priority order, one selector.

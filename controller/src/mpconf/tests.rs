@@ -326,4 +326,13 @@ size=256M features='1 queue_if_no_path' hwhandler='1 alua' wp=undef\n";
         maps[0].1.render_line(),
         "0 524288 multipath 1 queue_if_no_path 1 alua 2 1 service-time 0 1 1 8:0 1 service-time 0 1 1 8:16 1"
     );
+    // 0.9.4's dry run: no action word, and the WWID alone where it is the
+    // alias (captured from the guest's multipath -d -v4).
+    let out = "\
+10.576417 | 360014051b2c3d4e5f6047189a0bc1d2e: assembled map [0 1 alua 2 1 service-time 0 1 1 8:16 1 service-time 0 1 1 8:32 1]\n\
+: 360014051b2c3d4e5f6047189a0bc1d2e undef PURE,FlashArray\n\
+size=64M features='0' hwhandler='1 alua' wp=undef\n";
+    let maps = parse_dry_run(out, 131072);
+    assert_eq!(maps[0].0, "360014051b2c3d4e5f6047189a0bc1d2e");
+    assert_eq!(maps[0].1.groups.len(), 2);
 }
