@@ -1,7 +1,7 @@
 //! Beside multipathd (`beside.apply`): a map's table advice, once it has
 //! held ([`advice::Applier`]), goes into pathpilot's file under
 //! multipath-tools' conf.d and multipathd is asked to `reconfigure`; a
-//! window later the maps it reloaded are named in the log.
+//! few seconds later the log names the maps whose table it changed.
 use std::{collections::HashMap, path::Path, time::Instant};
 
 use super::{Engine, maps::tables_changed, say, status::map_report};
@@ -89,7 +89,8 @@ impl Engine {
         }
     }
 
-    /// A few seconds after a reconfigure: which maps multipathd reloaded.
+    /// A few seconds after a reconfigure: the maps whose table multipathd
+    /// changed (a reload of the same table leaves no trace to compare).
     fn report_reconfigure(&mut self) {
         let due = self
             .beside_apply

@@ -364,18 +364,18 @@ impl Engine {
                 .and_then(|eff| {
                     let p =
                         mplun::plan_lun(&free_lun, eff.as_deref(), &mplun::daemon_own(&self.cfg))?;
-                    let rule = match (&eff, &p.selection) {
-                        (Some(e), Some(sel)) => Some(mplun::naming(sel, e)),
-                        _ => None,
-                    };
-                    Ok((p, rule))
+                    Ok((p, eff))
                 });
-            let (planned, rule) = match planned {
+            let (planned, eff) = match planned {
                 Ok(p) => p,
                 Err(e) => {
                     say!("cannot create a map for {}: {e}", lun.wwid);
                     continue;
                 }
+            };
+            let rule = match (&eff, &planned.selection) {
+                (Some(e), Some(sel)) => Some(mplun::naming(sel, e)),
+                _ => None,
             };
             // The admin's find_multipaths decides which LUNs get a map, as
             // it decides for multipathd.
@@ -384,10 +384,8 @@ impl Engine {
                 && mplun::wanted(
                     sel.find_multipaths.value,
                     free.len(),
-                    mpconf::followed(&self.cfg)
-                        .ok()
-                        .flatten()
-                        .is_some_and(|e| mplun::known_wwids(&e).contains(&lun.wwid)),
+                    eff.as_ref()
+                        .is_some_and(|e| mplun::known_wwids(e).contains(&lun.wwid)),
                 )
                 .is_err()
             {
