@@ -23,8 +23,8 @@ pub const END: &str = "<!-- bench:latest:end -->";
 /// Every bench that writes a page: `bench mpath`'s scenarios, then the
 /// benches of their own.
 pub const PAGES: &[&str] = &[
-    "asym", "stream", "merge", "switch", "overhead", "repeat", "marginal", "observer", "reload",
-    "scale",
+    "asym", "stream", "merge", "switch", "overhead", "repeat", "marginal", "handover", "openloop",
+    "observer", "reload", "scale",
 ];
 
 /// The page of bench `name`, from the workspace root.

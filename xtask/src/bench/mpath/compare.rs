@@ -7,6 +7,7 @@ use anyhow::Result;
 use pathpilot_testbed::figures::median;
 use serde_json::{Value, json};
 
+use super::beside::{self, Beside};
 use super::report::{Point, Row};
 use super::rig::{Rig, Settled, show_settings};
 use super::statics::Static;
@@ -20,10 +21,12 @@ pub struct Workload {
 }
 
 /// A daemon configuration of a comparison: its row and the setting the
-/// map starts from (`None`: the map's defaults).
+/// map starts from (`None`: the map's defaults), or multipathd's map with
+/// the daemon beside it or not.
 pub struct Tuned {
     pub name: &'static str,
     pub start: Option<Static>,
+    pub beside: Option<Beside>,
 }
 
 impl Tuned {
@@ -32,7 +35,30 @@ impl Tuned {
         vec![Tuned {
             name: "pathpilot",
             start: None,
+            beside: None,
         }]
+    }
+
+    /// The daemon from `start`.
+    pub fn from(name: &'static str, start: Static) -> Tuned {
+        Tuned {
+            name,
+            start: Some(start),
+            beside: None,
+        }
+    }
+
+    /// multipathd's map alone, with the daemon beside it, and with its
+    /// advice applied.
+    pub fn beside_multipathd() -> Vec<Tuned> {
+        Beside::ALL
+            .iter()
+            .map(|b| Tuned {
+                name: b.row(),
+                start: None,
+                beside: Some(*b),
+            })
+            .collect()
     }
 }
 
@@ -57,7 +83,11 @@ pub fn compare(
     let run_tuned = |runs: &mut Vec<Vec<Vec<Ours>>>| -> Result<()> {
         for (ti, t) in tuned.iter().enumerate() {
             eprintln!("bench: {} (round {})", t.name, runs[ti].len() + 1);
-            runs[ti].push(tune_and_measure_from(rig, workloads, t.start.as_ref(), 1)?);
+            let run = match t.beside {
+                Some(how) => beside_and_measure(rig, workloads, how)?,
+                None => tune_and_measure_from(rig, workloads, t.start.as_ref(), 1)?,
+            };
+            runs[ti].push(run);
         }
         Ok(())
     };
@@ -119,7 +149,14 @@ pub fn compare(
         }
         for (ti, t) in tuned.iter().enumerate() {
             let rounds: Vec<Ours> = runs[ti].iter().map(|r| r[wi].clone()).collect();
-            rows.push(ours_row(&w.case, t.name, &across_rounds(&rounds)));
+            let o = across_rounds(&rounds);
+            rows.push(match t.beside {
+                Some(Beside::Alone) => Row::new(&w.case, t.name, Point::median_of(&o.pts))
+                    .with("setting", json!(o.settings))
+                    .with("beside", json!(true)),
+                Some(_) => ours_row(&w.case, t.name, &o).with("beside", json!(true)),
+                None => ours_row(&w.case, t.name, &o),
+            });
         }
         rows.extend(grid_rows);
     }
@@ -236,5 +273,82 @@ fn tune_and_measure_from(
         });
     }
     rig.stop_daemon()?;
+    Ok(out)
+}
+
+/// multipathd's map (the daemon beside it as `how` says): for each
+/// workload, the daemon's run until it settles (and, with `beside.apply`,
+/// until multipathd has loaded the table it advised), then one
+/// measurement; pathpilot's map again after.
+fn beside_and_measure(rig: &Rig, workloads: &[Workload], how: Beside) -> Result<Vec<Ours>> {
+    rig.hand_to_multipathd()?;
+    let run = beside_runs(rig, workloads, how);
+    let back = rig.back_from_multipathd();
+    let out = run?;
+    back?;
+    Ok(out)
+}
+
+fn beside_runs(rig: &Rig, workloads: &[Workload], how: Beside) -> Result<Vec<Ours>> {
+    let first = rig.table_params()?;
+    if how != Beside::Alone {
+        rig.start_daemon_beside(how == Beside::Apply)?;
+    }
+    let mut out = vec![];
+    let mut seen = 0;
+    for w in workloads {
+        let mut settled = Settled {
+            settle_s: 0.0,
+            kept_s: None,
+            settled: true,
+        };
+        let mut log = vec![];
+        if how != Beside::Alone {
+            let since = Instant::now();
+            let job = rig.start_load(&w.fio)?;
+            let (mut s, mut n) = rig.wait_settled(since, seen)?;
+            let mut applied = None;
+            if how == Beside::Apply {
+                loop {
+                    let t = rig.table_params()?;
+                    if t != first {
+                        applied = Some((since.elapsed().as_secs_f64(), t));
+                        break;
+                    }
+                    if since.elapsed() >= rig.o.max_settle {
+                        break;
+                    }
+                    (s, n) = rig.wait_settled(since, n)?;
+                }
+            }
+            rig.stop_load(&job)?;
+            log = rig.decisions(seen)?;
+            log.push(match applied {
+                Some((t, table)) => format!("{t:.0}s multipathd's table after the advice: {table}"),
+                None if how == Beside::Apply => "multipathd's table unchanged".to_string(),
+                None => "multipathd's table kept".to_string(),
+            });
+            seen = n;
+            settled = s;
+        }
+        let settings = beside::describe(rig, how)?;
+        eprintln!(
+            "bench: {} / {}: {settings}\n  {}",
+            w.case,
+            how.row(),
+            log.join("\n  ")
+        );
+        let p = rig.measure(&rig.dm, &w.fio)?;
+        eprintln!("bench: {} / {}: {:.1} MiB/s", w.case, how.row(), p.mib_s);
+        out.push(Ours {
+            pts: vec![p],
+            settled,
+            settings,
+            log,
+        });
+    }
+    if how != Beside::Alone {
+        rig.stop_daemon()?;
+    }
     Ok(out)
 }

@@ -41,11 +41,13 @@ impl Rig<'_> {
         }
         let text = out.stdout_str();
         let json_part = &text[text.find('{').unwrap_or(0)..];
-        let (mib_s, iops, lat_p99_ms) = parse_fio_json(json_part)?;
+        let f = parse_fio_json(json_part)?;
         let mut p = Point {
-            mib_s,
-            iops,
-            lat_p99_ms,
+            mib_s: f.mib_s,
+            iops: f.iops,
+            lat_p99_ms: f.p99_ms,
+            lat_p50_ms: Some(f.p50_ms).filter(|x| x.is_finite()),
+            lat_p999_ms: Some(f.p999_ms).filter(|x| x.is_finite()),
             ..Point::default()
         };
         stat_figures(&text, dev, &paths, (secs + self.o.ramp) as f64, &mut p);
@@ -53,14 +55,23 @@ impl Rig<'_> {
     }
 }
 
-/// fio's figures of one run.
-fn parse_fio_json(out: &str) -> Result<(f64, f64, f64)> {
+/// fio's figures of one run; the percentiles of its busier direction.
+#[derive(Debug, PartialEq)]
+struct Fio {
+    mib_s: f64,
+    iops: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+}
+
+fn parse_fio_json(out: &str) -> Result<Fio> {
     let start = out.find('{').context("no fio JSON")?;
     let v: Value = serde_json::from_str(&out[start..])
         .with_context(|| format!("fio JSON: {}", &out[..out.len().min(400)]))?;
     let j = &v["jobs"][0];
     let (mut kib, mut iops) = (0.0, 0.0);
-    let mut p99: f64 = 0.0;
+    let mut busier = &Value::Null;
     let mut best_ios = -1.0;
     for d in ["read", "write"] {
         let x = &j[d];
@@ -69,13 +80,22 @@ fn parse_fio_json(out: &str) -> Result<(f64, f64, f64)> {
         iops += io;
         if io > best_ios {
             best_ios = io;
-            p99 = x["clat_ns"]["percentile"]["99.000000"]
-                .as_f64()
-                .unwrap_or(f64::NAN)
-                / 1e6;
+            busier = x;
         }
     }
-    Ok((kib / 1024.0, iops, p99))
+    let pct = |k: &str| {
+        busier["clat_ns"]["percentile"][k]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            / 1e6
+    };
+    Ok(Fio {
+        mib_s: kib / 1024.0,
+        iops,
+        p50_ms: pct("50.000000"),
+        p99_ms: pct("99.000000"),
+        p999_ms: pct("99.900000"),
+    })
 }
 
 /// `/sys/block/X/stat` fields (and iorequest_cnt) by device, before and after.
@@ -148,9 +168,18 @@ mod tests {
 
     #[test]
     fn fio_and_stat_parsing() {
-        let fio = r#"{"jobs":[{"read":{"bw":20480,"iops":20.0,"clat_ns":{"percentile":{"99.000000":50000000}}},"write":{"bw":0,"iops":0.0}}]}"#;
-        let (mib, iops, p99) = parse_fio_json(fio).unwrap();
-        assert_eq!((mib, iops, p99), (20.0, 20.0, 50.0));
+        let fio = r#"{"jobs":[{"read":{"bw":20480,"iops":20.0,"clat_ns":{"percentile":{"50.000000":2000000,"99.000000":50000000,"99.900000":80000000}}},"write":{"bw":0,"iops":0.0}}]}"#;
+        let f = parse_fio_json(fio).unwrap();
+        assert_eq!(
+            f,
+            Fio {
+                mib_s: 20.0,
+                iops: 20.0,
+                p50_ms: 2.0,
+                p99_ms: 50.0,
+                p999_ms: 80.0
+            }
+        );
         let snaps = "SB dm-0 10 0 80 0 0 0 0 0 0 0 0\nSB sda 5 0 40 0 0 0 0 0 0 0 0 0x5\n\
                      SA dm-0 20 10 240 0 0 0 0 0 0 0 0\nSA sda 17 0 120 0 0 0 0 0 0 0 0 0x9\n";
         let mut p = Point::default();

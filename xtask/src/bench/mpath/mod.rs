@@ -14,7 +14,9 @@
 //! commands from `device/iorequest_cnt` (a path's stat counts clones that
 //! bounced off a full path as I/Os).
 //!
-//! The modules: `scenarios` and `marginal` (what each scenario runs),
+//! The modules: `scenarios`, `marginal`, `openloop` and `beside` (what
+//! each scenario runs; `beside` also hands the map to multipathd and
+//! back),
 //! `compare` (statics against the daemon, round by round), `measure` (one
 //! fio run and the block counters around it), `rig` (the testbed's map
 //! and the daemon in the guest), `report` (rows, targets, the table and
@@ -26,10 +28,12 @@ use anyhow::{Result, bail};
 
 use opts::Opts;
 
+mod beside;
 mod chart;
 mod compare;
 mod marginal;
 mod measure;
+mod openloop;
 mod opts;
 mod report;
 mod rig;
@@ -40,7 +44,7 @@ mod toggled;
 #[derive(clap::Args)]
 pub struct Args {
     /// Scenario to run (repeatable; default all): stream, merge, asym,
-    /// switch, overhead, repeat, marginal.
+    /// switch, overhead, repeat, marginal, handover, openloop.
     #[arg(long = "scenario")]
     scenario: Vec<String>,
     /// Short runs (fio 3 s a point, one repeat, 1 s tuner windows, short
@@ -53,8 +57,8 @@ pub struct Args {
     reps: Option<usize>,
 }
 
-pub const SCENARIOS: [&str; 7] = [
-    "asym", "stream", "merge", "switch", "overhead", "repeat", "marginal",
+pub const SCENARIOS: [&str; 9] = [
+    "asym", "stream", "merge", "switch", "overhead", "repeat", "marginal", "handover", "openloop",
 ];
 
 pub fn run(args: Args) -> Result<()> {
@@ -82,6 +86,8 @@ pub fn run(args: Args) -> Result<()> {
             "overhead" => scenarios::overhead(&o)?,
             "repeat" => scenarios::repeat(&o)?,
             "marginal" => marginal::run(&o)?,
+            "handover" => beside::handover(&o)?,
+            "openloop" => openloop::run(&o)?,
             _ => unreachable!(),
         };
         let secs = t.elapsed().as_secs_f64();

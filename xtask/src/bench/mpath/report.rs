@@ -18,6 +18,9 @@ pub struct Point {
     pub mib_s: f64,
     pub iops: f64,
     pub lat_p99_ms: f64,
+    /// fio's median and 99.9th percentile completion latency, where kept.
+    pub lat_p50_ms: Option<f64>,
+    pub lat_p999_ms: Option<f64>,
     /// At the measured device (the dm device, or the raw path).
     pub avg_request_kib: f64,
     pub merge_pct: f64,
@@ -28,6 +31,18 @@ pub struct Point {
 }
 
 impl Point {
+    /// A point of fio's figures alone, no block counters around it.
+    pub fn fio_only(mib_s: f64, iops: f64, lat_p99_ms: f64) -> Point {
+        Point {
+            mib_s,
+            iops,
+            lat_p99_ms,
+            avg_request_kib: f64::NAN,
+            merge_pct: f64::NAN,
+            ..Point::default()
+        }
+    }
+
     pub fn median_of(v: &[Point]) -> Point {
         let f = |g: &dyn Fn(&Point) -> f64| {
             let mut x: Vec<f64> = v.iter().map(g).filter(|x| x.is_finite()).collect();
@@ -41,6 +56,8 @@ impl Point {
             mib_s: f(&|p| p.mib_s),
             iops: f(&|p| p.iops),
             lat_p99_ms: f(&|p| p.lat_p99_ms),
+            lat_p50_ms: fo(&|p| p.lat_p50_ms),
+            lat_p999_ms: fo(&|p| p.lat_p999_ms),
             avg_request_kib: f(&|p| p.avg_request_kib),
             merge_pct: f(&|p| p.merge_pct),
             path_avg_request_kib: fo(&|p| p.path_avg_request_kib),
@@ -90,6 +107,12 @@ impl Row {
         m.insert("lat_p99_ms".into(), r2(self.p.lat_p99_ms));
         if let Some(k) = self.p.path_avg_request_kib {
             m.insert("path_avg_request_kib".into(), r2(k));
+        }
+        if let Some(x) = self.p.lat_p50_ms {
+            m.insert("lat_p50_ms".into(), r2(x));
+        }
+        if let Some(x) = self.p.lat_p999_ms {
+            m.insert("lat_p999_ms".into(), r2(x));
         }
         if let Some(b) = self.p.bounces_s {
             m.insert("bounces_s".into(), r2(b));
@@ -266,7 +289,7 @@ impl Report {
     /// The text table.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "{:<18} {:<19} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}  {}\n",
+            "{:<18} {:<23} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}  {}\n",
             "case", "config", "MiB/s", "IOPS", "req KiB", "merge%", "p99 ms", "path KiB", "setting"
         );
         let f = |x: f64, d: usize| {
@@ -302,7 +325,7 @@ impl Report {
                 })
                 .unwrap_or_default();
             s.push_str(&format!(
-                "{:<18} {:<19} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}  {setting}{settle}\n",
+                "{:<18} {:<23} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}  {setting}{settle}\n",
                 r.case,
                 r.config,
                 f(r.p.mib_s, 1),
@@ -326,7 +349,7 @@ pub fn settle_verdicts(r: &mut Report) {
     let lines: Vec<(String, bool)> = r
         .rows
         .iter()
-        .filter(|x| x.config.starts_with("pathpilot"))
+        .filter(|x| x.config.starts_with("pathpilot") && !x.extra.contains_key("beside"))
         .map(|x| {
             let kept = x.extra.get("kept_s").and_then(|v| v.as_f64());
             let what = match kept {

@@ -239,9 +239,19 @@ flap_hold_secs = 6
 
     /// [`Self::start_daemon`] with `extra` top-level keys in its config.
     pub fn start_daemon_with(&self, mode: &str, extra: &str) -> Result<()> {
+        self.start_daemon_in(mode, extra, "")
+    }
+
+    /// [`Self::start_daemon`] with `tail` (tables) after its config.
+    pub fn start_daemon_tail(&self, mode: &str, tail: &str) -> Result<()> {
+        self.start_daemon_in(mode, "", tail)
+    }
+
+    fn start_daemon_in(&self, mode: &str, extra: &str, tail: &str) -> Result<()> {
         let cfg = self
             .daemon_cfg
-            .replace("mode = \"tune\"", &format!("{extra}mode = \"{mode}\""));
+            .replace("mode = \"tune\"", &format!("{extra}mode = \"{mode}\""))
+            + tail;
         self.tb.sh(&format!(
             "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/bench.toml <<'EOF'\n{cfg}EOF\n\
              (pathpilot daemon --config /etc/pathpilot/bench.toml > /tmp/daemon.log 2>&1 &)"

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::super::{Loss, ProgramReading, Share, floor, program_costs};
 use super::toggled::{self, Observer};
 
+use super::beside::{self, Beside};
 use super::compare::{Tuned, Workload, compare};
 use super::opts::Opts;
 use super::report::{Point, Report, Row, settle_verdicts};
@@ -64,10 +65,13 @@ pub fn asym(o: &Opts) -> Result<Report> {
     // The tuner from the worst static setting too: its own work, not the
     // default's.
     let mut tuned = Tuned::defaults();
-    tuned.push(Tuned {
-        name: FROM_RR,
-        start: Some(Static::sel("round-robin", "round-robin")),
-    });
+    tuned.push(Tuned::from(
+        FROM_RR,
+        Static::sel("round-robin", "round-robin"),
+    ));
+    // A host that runs multipath-tools: its map alone, the daemon beside
+    // it, and its advice applied through multipathd.
+    tuned.extend(Tuned::beside_multipathd());
     r.rows = compare(&rig, &w, &statics, &tuned)?;
     tb.power_off()?;
     let pp = r.row(case, "pathpilot").map_or(f64::NAN, |x| x.p.mib_s);
@@ -90,8 +94,68 @@ pub fn asym(o: &Opts) -> Result<Report> {
         ),
         share >= 0.95 && kept <= 30.0,
     );
+    let rows: Vec<Row> = r
+        .rows
+        .iter()
+        .filter(|x| x.extra.contains_key("beside"))
+        .cloned()
+        .collect();
+    beside_verdicts(&mut r, case, &rows);
+    tail_verdicts(&mut r, case);
     settle_verdicts(&mut r);
     Ok(r)
+}
+
+/// The tail at no loss of throughput: each pathpilot row's p99 within
+/// 1.5x of the oracle's, its MiB/s at least 99% of the oracle's.
+fn tail_verdicts(r: &mut Report, case: &str) {
+    let Some(oracle) = r.row(case, "oracle").map(|x| x.p.clone()) else {
+        return;
+    };
+    let ours: Vec<(String, f64, f64)> = ["pathpilot", FROM_RR]
+        .iter()
+        .filter_map(|n| r.row(case, n))
+        .map(|x| (x.config.clone(), x.p.mib_s, x.p.lat_p99_ms))
+        .collect();
+    for (name, mib, p99) in ours {
+        let ratio = p99 / oracle.lat_p99_ms;
+        r.verdict(
+            format!(
+                "{name}: p99 <= 1.5x the oracle's at no loss of throughput: {p99:.1} vs {:.1} ms \
+                 ({ratio:.2}x), {:.0}% of its MiB/s",
+                oracle.lat_p99_ms,
+                mib / oracle.mib_s * 100.0
+            ),
+            ratio <= 1.5 && mib >= oracle.mib_s * 0.99,
+        );
+    }
+}
+
+/// What the daemon beside multipathd gains over multipathd alone: with
+/// the queue knobs only (a note: multipathd's table decides), and with its
+/// table advice applied (a target: at least 2x).
+fn beside_verdicts(r: &mut Report, case: &str, rows: &[Row]) {
+    let mib = |b: Beside| {
+        rows.iter()
+            .find(|x| x.case == case && x.config == b.row())
+            .map_or(f64::NAN, |x| x.p.mib_s)
+    };
+    let alone = mib(Beside::Alone);
+    let tune = mib(Beside::Tune) / alone;
+    r.notes.push(format!(
+        "{}: {tune:.2}x {} (the queue knobs only; multipathd's table decides)",
+        Beside::Tune.row(),
+        Beside::Alone.row()
+    ));
+    let apply = mib(Beside::Apply) / alone;
+    r.verdict(
+        format!(
+            "{} >= 2x {}: {apply:.2}x",
+            Beside::Apply.row(),
+            Beside::Alone.row()
+        ),
+        apply >= 2.0,
+    );
 }
 
 /// One 1 MiB sequential reader over the wire link, 2 and 4 equal paths.
@@ -291,15 +355,11 @@ pub fn switch(o: &Opts) -> Result<Report> {
     let summarize = |pts: &[Point]| -> Point {
         let secs = phase_s as f64;
         let n = pts.len().max(1) as f64;
-        Point {
-            mib_s: pts.iter().map(|p| p.mib_s * secs).sum::<f64>() / (secs * n),
-            iops: pts.iter().map(|p| p.iops).sum::<f64>() / n,
-            lat_p99_ms: pts.iter().map(|p| p.lat_p99_ms).fold(0.0, f64::max),
-            avg_request_kib: f64::NAN,
-            merge_pct: f64::NAN,
-            path_avg_request_kib: None,
-            bounces_s: None,
-        }
+        Point::fio_only(
+            pts.iter().map(|p| p.mib_s * secs).sum::<f64>() / (secs * n),
+            pts.iter().map(|p| p.iops).sum::<f64>() / n,
+            pts.iter().map(|p| p.lat_p99_ms).fold(0.0, f64::max),
+        )
     };
     let phase_json = |pts: &[Point]| -> Value {
         json!(
@@ -378,6 +438,38 @@ pub fn switch(o: &Opts) -> Result<Report> {
     };
     let ours = tuned("pathpilot", None)?;
     let from_rr = tuned(FROM_RR, Some(&Static::sel("round-robin", "round-robin")))?;
+    // A host that runs multipath-tools: its map alone, the daemon beside
+    // it, and its advice applied through multipathd, each over the same
+    // phases.
+    let mut with_multipathd = vec![];
+    for how in Beside::ALL {
+        rig.hand_to_multipathd()?;
+        let run = (|| -> Result<Row> {
+            if how != Beside::Alone {
+                rig.start_daemon_beside(how == Beside::Apply)?;
+            }
+            let (pts, _) = run_phases(&rig, phase_s, cycles)?;
+            let setting = beside::describe(&rig, how)?;
+            let mut log = vec![];
+            if how != Beside::Alone {
+                log = rig.decisions(0)?;
+                rig.stop_daemon()?;
+            }
+            eprintln!(
+                "bench: switch / {}: {setting}\n  {}",
+                how.row(),
+                log.join("\n  ")
+            );
+            Ok(Row::new(case, how.row(), summarize(&pts))
+                .with("setting", json!(setting))
+                .with("phases", phase_json(&pts))
+                .with("decisions", json!(log))
+                .with("beside", json!(true)))
+        })();
+        let back = rig.back_from_multipathd();
+        with_multipathd.push(run?);
+        back?;
+    }
     tb.power_off()?;
     let mut out: Vec<Row> = rows
         .iter()
@@ -431,8 +523,11 @@ pub fn switch(o: &Opts) -> Result<Report> {
     }
     out.push(ours);
     out.push(from_rr);
+    beside_verdicts(&mut r, case, &with_multipathd);
+    out.extend(with_multipathd);
     out.extend(rows.into_iter().filter(|r| r.config == "grid"));
     r.rows = out;
+    tail_verdicts(&mut r, case);
     Ok(r)
 }
 
@@ -538,15 +633,7 @@ pub fn overhead(o: &Opts) -> Result<Report> {
             t.extend_first(more);
         };
         let mib = |iops: f64| iops * io_bytes / 1048576.0;
-        let point = |iops: f64| Point {
-            mib_s: mib(iops),
-            iops,
-            lat_p99_ms: f64::NAN,
-            avg_request_kib: f64::NAN,
-            merge_pct: f64::NAN,
-            path_avg_request_kib: None,
-            bounces_s: None,
-        };
+        let point = |iops: f64| Point::fio_only(mib(iops), iops, f64::NAN);
         let runs = |v: &[f64]| {
             json!(
                 v.iter()
