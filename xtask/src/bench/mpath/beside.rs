@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use pathpilot_testbed::figures::median;
 use pathpilot_testbed::{Link, Testbed};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::measure::parse_fio_json;
 use super::opts::Opts;
 use super::report::{Point, Report, Row};
-use super::rig::{Rig, show_settings};
+use super::rig::{Rig, show_settings, start_guest_daemon};
 use super::scenarios::boot;
 
 /// multipath.conf of a host that runs multipath-tools as installed, with
@@ -49,21 +50,42 @@ impl Beside {
 }
 
 impl Rig<'_> {
+    /// Runs `f` on multipathd's own map of the LUN, with the daemon beside
+    /// it as `how` says; `f` gets multipathd's first table (its
+    /// parameters). pathpilot's map is made again after, whatever `f`
+    /// returned. The daemon must not be running.
+    pub fn with_multipathd<T>(&self, how: Beside, f: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+        self.hand_to_multipathd()?;
+        let run = (|| -> Result<T> {
+            let first = self.table_params()?;
+            if how != Beside::Alone {
+                self.start_daemon_beside(how == Beside::Apply)?;
+            }
+            let out = f(&first)?;
+            if how != Beside::Alone {
+                self.stop_daemon()?;
+            }
+            Ok(out)
+        })();
+        let back = self.back_from_multipathd();
+        let out = run?;
+        back?;
+        Ok(out)
+    }
+
     /// Removes pathpilot's map and lets multipathd make its own of the
-    /// LUN; returns multipathd's table. The daemon is not running.
-    pub fn hand_to_multipathd(&self) -> Result<String> {
+    /// LUN.
+    fn hand_to_multipathd(&self) -> Result<()> {
         self.tb.sh("dmsetup remove mpatha")?;
-        let table = self
-            .tb
+        self.tb
             .start_multipathd(MULTIPATHD_CONF, &[], "mpatha", self.disks.len())
             .context("multipathd's map of the LUN")?;
-        self.same_device("multipathd's map")?;
-        Ok(table.trim().to_string())
+        self.same_device("multipathd's map")
     }
 
     /// Stops multipathd (its map stays), removes its map and what
     /// `beside.apply` wrote, and makes pathpilot's map again.
-    pub fn back_from_multipathd(&self) -> Result<()> {
+    fn back_from_multipathd(&self) -> Result<()> {
         self.tb.stop_multipathd()?;
         self.tb.sh(&format!("rm -f {CONF_D_FILE} {STATE_FILE}"))?;
         self.tb.flush_multipath_tools()?;
@@ -81,7 +103,7 @@ impl Rig<'_> {
     }
 
     /// Starts the daemon beside multipathd (`apply`: with `beside.apply`).
-    pub fn start_daemon_beside(&self, apply: bool) -> Result<()> {
+    fn start_daemon_beside(&self, apply: bool) -> Result<()> {
         let tail = if apply {
             "[beside]\napply = true\n"
         } else {
@@ -112,6 +134,14 @@ pub fn describe(rig: &Rig, how: Beside) -> Result<String> {
     })
 }
 
+/// Shell that waits (up to 20 s) until multipathd holds `mpatha`.
+macro_rules! until_multipathd_holds_mpatha {
+    () => {
+        "i=0 && until multipathd show maps raw format '%n' 2>/dev/null | grep -qx mpatha; do \
+         i=$((i+1)); [ $i -lt 200 ] || exit 1; sleep 0.1; done"
+    };
+}
+
 /// One handover case: what runs 5 s into the reader's point.
 struct Case {
     name: &'static str,
@@ -136,11 +166,12 @@ const CASES: [Case; 6] = [
         name: "multipathd restart",
         // Its own stop and start, done when it holds the map again: the
         // start a handback cannot do without.
-        cmd: "multipathd shutdown >/dev/null; i=0; while pidof multipathd >/dev/null; do \
-              i=$((i+1)); [ $i -lt 200 ] || exit 1; sleep 0.05; done; \
-              multipathd </dev/null >/dev/null 2>&1 && i=0 && \
-              until multipathd show maps raw format '%n' 2>/dev/null | grep -qx mpatha; do \
-              i=$((i+1)); [ $i -lt 200 ] || exit 1; sleep 0.1; done",
+        cmd: concat!(
+            "multipathd shutdown >/dev/null; i=0; while pidof multipathd >/dev/null; do \
+             i=$((i+1)); [ $i -lt 200 ] || exit 1; sleep 0.05; done; \
+             multipathd </dev/null >/dev/null 2>&1 && ",
+            until_multipathd_holds_mpatha!()
+        ),
     },
     Case {
         name: "pathpilot takeover",
@@ -149,9 +180,10 @@ const CASES: [Case; 6] = [
     Case {
         name: "pathpilot handback",
         // Done when multipathd holds the map again.
-        cmd: "pathpilot handback mpatha >/dev/null && i=0 && \
-              until multipathd show maps raw format '%n' 2>/dev/null | grep -qx mpatha; do \
-              i=$((i+1)); [ $i -lt 200 ] || exit 1; sleep 0.1; done",
+        cmd: concat!(
+            "pathpilot handback mpatha >/dev/null && ",
+            until_multipathd_holds_mpatha!()
+        ),
     },
 ];
 
@@ -235,18 +267,14 @@ fn stall_point(tb: &Testbed, case: &Case) -> Result<Stall> {
         .and_then(|x| x.parse::<f64>().ok())
         .unwrap_or(f64::NAN);
     let reloads = f.get(2).and_then(|x| x.parse().ok()).unwrap_or(0);
-    let js = &text[text.find('{').context("no fio JSON")?..];
-    let v: Value = serde_json::from_str(js).context("fio JSON")?;
-    let j = &v["jobs"][0];
-    let r = &j["read"];
-    let ms = |x: &Value| x.as_f64().unwrap_or(f64::NAN) / 1e6;
+    let f = parse_fio_json(&text[text.find('{').context("no fio JSON")?..])?;
     Ok(Stall {
-        mib_s: r["bw"].as_f64().unwrap_or(0.0) / 1024.0,
-        iops: r["iops"].as_f64().unwrap_or(0.0),
-        p99_ms: ms(&r["clat_ns"]["percentile"]["99.000000"]),
-        p999_ms: ms(&r["clat_ns"]["percentile"]["99.900000"]),
-        max_ms: ms(&r["clat_ns"]["max"]),
-        errors: j["error"].as_u64().unwrap_or(0) + r["short_ios"].as_u64().unwrap_or(0),
+        mib_s: f.mib_s,
+        iops: f.iops,
+        p99_ms: f.p99_ms,
+        p999_ms: f.p999_ms,
+        max_ms: f.max_ms,
+        errors: f.errors,
         event_ms,
         reloads,
     })
@@ -264,16 +292,6 @@ create = false
 windows = 100
 "#;
 
-fn start_daemon(tb: &Testbed) -> Result<()> {
-    tb.sh(&format!(
-        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/handover.toml <<'EOF'\n{HANDOVER_DAEMON}EOF\n\
-         (pathpilot daemon --config /etc/pathpilot/handover.toml > /tmp/daemon.log 2>&1 &)\n\
-         i=0; until pathpilot ctl '{{\"cmd\":\"status\"}}' >/dev/null 2>&1; do \
-         i=$((i+1)); [ $i -lt 100 ] || {{ cat /tmp/daemon.log; exit 1; }}; sleep 0.3; done"
-    ))?;
-    Ok(())
-}
-
 /// The stalls of the handover: the daemon beside multipathd takes the
 /// map over and hands it back under a reader, against multipathd's own
 /// `reconfigure` and `reload map` of it, and a point with no event;
@@ -283,7 +301,7 @@ pub fn handover(o: &Opts) -> Result<Report> {
     let tb = boot(4, &caps, Link::Throttle).boot()?;
     let table = tb.start_multipathd(MULTIPATHD_CONF, &[], "mpatha", 4)?;
     eprintln!("bench: multipathd's map: {}", table.trim());
-    start_daemon(&tb)?;
+    start_guest_daemon(&tb, HANDOVER_DAEMON)?;
     let mut samples: Vec<Vec<Stall>> = CASES.iter().map(|_| vec![]).collect();
     // Warm-up: the LUN's host file in the page cache, the queues.
     stall_point(&tb, &CASES[0])?;

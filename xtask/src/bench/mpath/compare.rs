@@ -279,21 +279,12 @@ fn tune_and_measure_from(
 /// multipathd's map (the daemon beside it as `how` says): for each
 /// workload, the daemon's run until it settles (and, with `beside.apply`,
 /// until multipathd has loaded the table it advised), then one
-/// measurement; pathpilot's map again after.
+/// measurement.
 fn beside_and_measure(rig: &Rig, workloads: &[Workload], how: Beside) -> Result<Vec<Ours>> {
-    rig.hand_to_multipathd()?;
-    let run = beside_runs(rig, workloads, how);
-    let back = rig.back_from_multipathd();
-    let out = run?;
-    back?;
-    Ok(out)
+    rig.with_multipathd(how, |first| beside_runs(rig, workloads, how, first))
 }
 
-fn beside_runs(rig: &Rig, workloads: &[Workload], how: Beside) -> Result<Vec<Ours>> {
-    let first = rig.table_params()?;
-    if how != Beside::Alone {
-        rig.start_daemon_beside(how == Beside::Apply)?;
-    }
+fn beside_runs(rig: &Rig, workloads: &[Workload], how: Beside, first: &str) -> Result<Vec<Ours>> {
     let mut out = vec![];
     let mut seen = 0;
     for w in workloads {
@@ -346,9 +337,6 @@ fn beside_runs(rig: &Rig, workloads: &[Workload], how: Beside) -> Result<Vec<Our
             settings,
             log,
         });
-    }
-    if how != Beside::Alone {
-        rig.stop_daemon()?;
     }
     Ok(out)
 }

@@ -55,22 +55,26 @@ impl Rig<'_> {
     }
 }
 
-/// fio's figures of one run; the percentiles of its busier direction.
+/// fio's figures of one run; the latencies of its busier direction.
 #[derive(Debug, PartialEq)]
-struct Fio {
-    mib_s: f64,
-    iops: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
+pub struct Fio {
+    pub mib_s: f64,
+    pub iops: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// The job's error, and short I/Os in either direction.
+    pub errors: u64,
 }
 
-fn parse_fio_json(out: &str) -> Result<Fio> {
+pub fn parse_fio_json(out: &str) -> Result<Fio> {
     let start = out.find('{').context("no fio JSON")?;
     let v: Value = serde_json::from_str(&out[start..])
         .with_context(|| format!("fio JSON: {}", &out[..out.len().min(400)]))?;
     let j = &v["jobs"][0];
     let (mut kib, mut iops) = (0.0, 0.0);
+    let mut errors = j["error"].as_u64().unwrap_or(0);
     let mut busier = &Value::Null;
     let mut best_ios = -1.0;
     for d in ["read", "write"] {
@@ -78,23 +82,22 @@ fn parse_fio_json(out: &str) -> Result<Fio> {
         kib += x["bw"].as_f64().unwrap_or(0.0);
         let io = x["iops"].as_f64().unwrap_or(0.0);
         iops += io;
+        errors += x["short_ios"].as_u64().unwrap_or(0);
         if io > best_ios {
             best_ios = io;
             busier = x;
         }
     }
-    let pct = |k: &str| {
-        busier["clat_ns"]["percentile"][k]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-            / 1e6
-    };
+    let ms = |x: &Value| x.as_f64().unwrap_or(f64::NAN) / 1e6;
+    let pct = |k: &str| ms(&busier["clat_ns"]["percentile"][k]);
     Ok(Fio {
         mib_s: kib / 1024.0,
         iops,
         p50_ms: pct("50.000000"),
         p99_ms: pct("99.000000"),
         p999_ms: pct("99.900000"),
+        max_ms: ms(&busier["clat_ns"]["max"]),
+        errors,
     })
 }
 
@@ -168,7 +171,7 @@ mod tests {
 
     #[test]
     fn fio_and_stat_parsing() {
-        let fio = r#"{"jobs":[{"read":{"bw":20480,"iops":20.0,"clat_ns":{"percentile":{"50.000000":2000000,"99.000000":50000000,"99.900000":80000000}}},"write":{"bw":0,"iops":0.0}}]}"#;
+        let fio = r#"{"jobs":[{"error":0,"read":{"bw":20480,"iops":20.0,"short_ios":1,"clat_ns":{"max":90000000,"percentile":{"50.000000":2000000,"99.000000":50000000,"99.900000":80000000}}},"write":{"bw":0,"iops":0.0}}]}"#;
         let f = parse_fio_json(fio).unwrap();
         assert_eq!(
             f,
@@ -177,7 +180,9 @@ mod tests {
                 iops: 20.0,
                 p50_ms: 2.0,
                 p99_ms: 50.0,
-                p999_ms: 80.0
+                p999_ms: 80.0,
+                max_ms: 90.0,
+                errors: 1
             }
         );
         let snaps = "SB dm-0 10 0 80 0 0 0 0 0 0 0 0\nSB sda 5 0 40 0 0 0 0 0 0 0 0 0x5\n\

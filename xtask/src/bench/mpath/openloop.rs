@@ -10,7 +10,7 @@ use super::compare::{Tuned, Workload, compare};
 use super::opts::Opts;
 use super::report::{Report, Row};
 use super::rig::Rig;
-use super::scenarios::boot;
+use super::scenarios::{FROM_RR, boot};
 use super::statics::Static;
 
 /// The offered rates, in percent of the sum of the caps.
@@ -58,7 +58,7 @@ pub fn run(o: &Opts) -> Result<Report> {
         .collect();
     let mut tuned = Tuned::defaults();
     tuned.push(Tuned::from(
-        "pathpilot from rr",
+        FROM_RR,
         Static::sel("round-robin", "round-robin"),
     ));
     let mut r = Report::new("openloop", Link::Throttle, sum);

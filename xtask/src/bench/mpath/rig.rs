@@ -252,21 +252,7 @@ flap_hold_secs = 6
             .daemon_cfg
             .replace("mode = \"tune\"", &format!("{extra}mode = \"{mode}\""))
             + tail;
-        self.tb.sh(&format!(
-            "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/bench.toml <<'EOF'\n{cfg}EOF\n\
-             (pathpilot daemon --config /etc/pathpilot/bench.toml > /tmp/daemon.log 2>&1 &)"
-        ))?;
-        if self.tb.until_success(
-            "pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null 2>&1",
-            Duration::from_secs(30),
-            Duration::from_millis(300),
-        )? {
-            return Ok(());
-        }
-        bail!(
-            "the daemon did not come up:\n{}",
-            self.tb.sh("cat /tmp/daemon.log")?
-        )
+        start_guest_daemon(self.tb, &cfg)
     }
 
     pub fn status(&self) -> Result<Value> {
@@ -377,6 +363,26 @@ flap_hold_secs = 6
     pub fn settings(&self) -> Result<Value> {
         Ok(self.status()?["maps"][0]["settings"].clone())
     }
+}
+
+/// Starts `pathpilot daemon` in the guest with `cfg` as its config file;
+/// returns once it answers on its socket.
+pub fn start_guest_daemon(tb: &Testbed, cfg: &str) -> Result<()> {
+    tb.sh(&format!(
+        "mkdir -p /etc/pathpilot && cat > /etc/pathpilot/bench.toml <<'EOF'\n{cfg}EOF\n\
+         (pathpilot daemon --config /etc/pathpilot/bench.toml > /tmp/daemon.log 2>&1 &)"
+    ))?;
+    if tb.until_success(
+        "pathpilot ctl '{\"cmd\":\"status\"}' >/dev/null 2>&1",
+        Duration::from_secs(30),
+        Duration::from_millis(300),
+    )? {
+        return Ok(());
+    }
+    bail!(
+        "the daemon did not come up:\n{}",
+        tb.sh("cat /tmp/daemon.log")?
+    )
 }
 
 /// Short text of the daemon's settings.

@@ -17,7 +17,7 @@ use super::rig::{Rig, show_settings};
 use super::statics::{MULTIPATH_TOOLS, Static};
 
 /// The row of the daemon started from round-robin.
-const FROM_RR: &str = "pathpilot from rr";
+pub(super) const FROM_RR: &str = "pathpilot from rr";
 
 pub(super) fn boot(paths: usize, caps: &[f64], link: Link) -> Builder {
     Testbed::builder()
@@ -94,13 +94,7 @@ pub fn asym(o: &Opts) -> Result<Report> {
         ),
         share >= 0.95 && kept <= 30.0,
     );
-    let rows: Vec<Row> = r
-        .rows
-        .iter()
-        .filter(|x| x.extra.contains_key("beside"))
-        .cloned()
-        .collect();
-    beside_verdicts(&mut r, case, &rows);
+    beside_verdicts(&mut r, case);
     tail_verdicts(&mut r, case);
     settle_verdicts(&mut r);
     Ok(r)
@@ -134,20 +128,16 @@ fn tail_verdicts(r: &mut Report, case: &str) {
 /// What the daemon beside multipathd gains over multipathd alone: with
 /// the queue knobs only (a note: multipathd's table decides), and with its
 /// table advice applied (a target: at least 2x).
-fn beside_verdicts(r: &mut Report, case: &str, rows: &[Row]) {
-    let mib = |b: Beside| {
-        rows.iter()
-            .find(|x| x.case == case && x.config == b.row())
-            .map_or(f64::NAN, |x| x.p.mib_s)
-    };
+fn beside_verdicts(r: &mut Report, case: &str) {
+    let mib = |b: Beside| r.row(case, b.row()).map_or(f64::NAN, |x| x.p.mib_s);
     let alone = mib(Beside::Alone);
     let tune = mib(Beside::Tune) / alone;
+    let apply = mib(Beside::Apply) / alone;
     r.notes.push(format!(
         "{}: {tune:.2}x {} (the queue knobs only; multipathd's table decides)",
         Beside::Tune.row(),
         Beside::Alone.row()
     ));
-    let apply = mib(Beside::Apply) / alone;
     r.verdict(
         format!(
             "{} >= 2x {}: {apply:.2}x",
@@ -443,18 +433,14 @@ pub fn switch(o: &Opts) -> Result<Report> {
     // phases.
     let mut with_multipathd = vec![];
     for how in Beside::ALL {
-        rig.hand_to_multipathd()?;
-        let run = (|| -> Result<Row> {
-            if how != Beside::Alone {
-                rig.start_daemon_beside(how == Beside::Apply)?;
-            }
+        with_multipathd.push(rig.with_multipathd(how, |_| {
             let (pts, _) = run_phases(&rig, phase_s, cycles)?;
             let setting = beside::describe(&rig, how)?;
-            let mut log = vec![];
-            if how != Beside::Alone {
-                log = rig.decisions(0)?;
-                rig.stop_daemon()?;
-            }
+            let log = if how == Beside::Alone {
+                vec![]
+            } else {
+                rig.decisions(0)?
+            };
             eprintln!(
                 "bench: switch / {}: {setting}\n  {}",
                 how.row(),
@@ -465,10 +451,7 @@ pub fn switch(o: &Opts) -> Result<Report> {
                 .with("phases", phase_json(&pts))
                 .with("decisions", json!(log))
                 .with("beside", json!(true)))
-        })();
-        let back = rig.back_from_multipathd();
-        with_multipathd.push(run?);
-        back?;
+        })?);
     }
     tb.power_off()?;
     let mut out: Vec<Row> = rows
@@ -523,10 +506,10 @@ pub fn switch(o: &Opts) -> Result<Report> {
     }
     out.push(ours);
     out.push(from_rr);
-    beside_verdicts(&mut r, case, &with_multipathd);
     out.extend(with_multipathd);
     out.extend(rows.into_iter().filter(|r| r.config == "grid"));
     r.rows = out;
+    beside_verdicts(&mut r, case);
     tail_verdicts(&mut r, case);
     Ok(r)
 }
